@@ -1,0 +1,1 @@
+"""Authentication and authorization of the lab's Kubernetes API server emulator."""
