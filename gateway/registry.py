@@ -1,0 +1,191 @@
+"""The peer registry: an immutable snapshot of everything the gateway decides a request on.
+
+The control loop builds it from watched API objects with `Registry.from_objects` (a pure function) and hands it to
+`Gateway.publish`, which swaps it atomically. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+
+SECRET_PREFIX = "peer-"
+CONNECTOR_PREFIX = "peering-"
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class LocalCapability:
+    """A PeeringCapability of this cluster, as the gateway needs it."""
+
+    name: str
+    version: str
+    consumers: frozenset[tuple[str, str]]  # (namespace, serviceaccount name)
+    accepted: bool
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A live ClusterPeer with the credentials the gateway needs for both directions."""
+
+    name: str
+    uuid: str
+    fingerprints: frozenset[str]
+    issuer_url: str | None
+    jwks_json: str | None
+    effective: frozenset[str]
+    connector_id: str
+    entrance: str | None
+    peer_ca_pem: bytes | None
+    client_cert_pem: bytes | None
+    client_key_pem: bytes | None
+
+
+@dataclass(frozen=True)
+class Registry:
+    """One immutable snapshot; readers keep the reference they took, writers publish a new one."""
+
+    cluster_uuid: str
+    peers: Mapping[str, Peer]
+    by_fingerprint: Mapping[str, Peer]
+    capabilities: Mapping[str, LocalCapability]
+    generation: int
+    loaded: bool = field(default=True, compare=False)
+    """False only for the placeholder the gateway starts with, so /readyz can tell it apart from a real empty one."""
+
+    @classmethod
+    def empty(cls) -> "Registry":
+        return cls(cluster_uuid="", peers=_EMPTY, by_fingerprint=_EMPTY, capabilities=_EMPTY, generation=0,
+                   loaded=False)
+
+    @classmethod
+    def from_objects(cls, *, cluster_uuid: str, clusterpeers: list[dict], peer_secrets: list[dict],
+                     capabilities: list[dict], generation: int) -> "Registry":
+        secrets = {}
+        for secret in peer_secrets or ():
+            name = _get(secret, "metadata", "name")
+            if isinstance(name, str) and name.startswith(SECRET_PREFIX):
+                secrets[name[len(SECRET_PREFIX):]] = secret
+        peers: dict[str, Peer] = {}
+        by_fp: dict[str, Peer] = {}
+        ambiguous: set[str] = set()
+        for obj in clusterpeers or ():
+            peer = peer_from_objects(obj, secrets.get(_get(obj, "metadata", "name") or ""))
+            if peer is None:
+                continue
+            peers[peer.name] = peer
+            for fp in peer.fingerprints:
+                # A fingerprint claimed by two peers is ambiguous: refuse it for both rather than guess.
+                if fp in by_fp and by_fp[fp].name != peer.name:
+                    ambiguous.add(fp)
+                by_fp[fp] = peer
+        for fp in ambiguous:
+            del by_fp[fp]
+        caps = {}
+        for obj in capabilities or ():
+            cap = capability_from_object(obj)
+            if cap is not None:
+                caps[cap.name] = cap
+        return cls(cluster_uuid=cluster_uuid or "", peers=MappingProxyType(peers),
+                   by_fingerprint=MappingProxyType(by_fp), capabilities=MappingProxyType(caps),
+                   generation=int(generation))
+
+
+def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:
+    """The Peer of one ClusterPeer and its `peer-<name>` Secret, or None when the peering is not live."""
+    name = _get(clusterpeer, "metadata", "name")
+    if not isinstance(name, str) or not name:
+        return None
+    if _get(clusterpeer, "metadata", "deletionTimestamp"):
+        return None
+    if not isinstance(secret, dict):
+        return None
+    data = secret.get("data") if isinstance(secret.get("data"), dict) else {}
+    issued = _b64(data.get("issued.crt"))
+    if not issued:
+        return None
+    fingerprints = frozenset(cert_fingerprints(issued))
+    if not fingerprints:
+        return None
+    status = clusterpeer.get("status") if isinstance(clusterpeer.get("status"), dict) else {}
+    peer_status = status.get("peer") if isinstance(status.get("peer"), dict) else {}
+    issuer = peer_status.get("issuer") if isinstance(peer_status.get("issuer"), dict) else {}
+    uuid = peer_status.get("clusterUUID") or _text(_b64(data.get("peer-uuid"))) or ""
+    effective = status.get("effectiveCapabilities")
+    effective_set = frozenset(c for c in effective if isinstance(c, str)) if isinstance(effective, list) else frozenset()
+    issuer_url = issuer.get("url") if isinstance(issuer.get("url"), str) and issuer.get("url") else None
+    jwks = issuer.get("jwks") if isinstance(issuer.get("jwks"), str) and issuer.get("jwks") else None
+    return Peer(
+        name=name,
+        uuid=str(uuid),
+        fingerprints=fingerprints,
+        issuer_url=issuer_url,
+        jwks_json=jwks,
+        effective=effective_set,
+        connector_id=CONNECTOR_PREFIX + name,
+        entrance=_text(_b64(data.get("peer-entrance"))) or None,
+        peer_ca_pem=_b64(data.get("peer-ca.crt")) or None,
+        client_cert_pem=_b64(data.get("client.crt")) or None,
+        client_key_pem=_b64(data.get("client.key")) or None,
+    )
+
+
+def capability_from_object(obj: dict) -> LocalCapability | None:
+    name = _get(obj, "metadata", "name")
+    if not isinstance(name, str) or not name:
+        return None
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    consumers = set()
+    for c in spec.get("consumers") or ():
+        if isinstance(c, dict) and c.get("kind", "ServiceAccount") == "ServiceAccount":
+            ns, sa = c.get("namespace"), c.get("name")
+            if isinstance(ns, str) and isinstance(sa, str) and ns and sa:
+                consumers.add((ns, sa))
+    accepted = False
+    for cond in _get(obj, "status", "conditions") or ():
+        if isinstance(cond, dict) and cond.get("type") == "Accepted":
+            accepted = cond.get("status") == "True"
+    version = spec.get("version")
+    return LocalCapability(name=name, version=version if isinstance(version, str) else "",
+                           consumers=frozenset(consumers), accepted=accepted)
+
+
+def cert_fingerprints(pem: bytes) -> list[str]:
+    """SHA-256 (lower hex) of the DER of every certificate in a PEM bundle; unparsable input gives none."""
+    try:
+        certs = x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        return []
+    return [hashlib.sha256(c.public_bytes(Encoding.DER)).hexdigest() for c in certs]
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _b64(value: Any) -> bytes:
+    if not isinstance(value, str):
+        return b""
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _text(value: bytes) -> str:
+    try:
+        return value.decode().strip()
+    except UnicodeDecodeError:
+        return ""
