@@ -1,0 +1,98 @@
+"""Kubernetes API errors as the emulator answers them: a meta/v1 Status with the code, reason and message."""
+
+from __future__ import annotations
+
+# HTTP code to the Status reason kube-apiserver uses when the caller gives none.
+_DEFAULT_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Expired",
+    413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    504: "Timeout",
+}
+
+
+class ApiError(Exception):
+    """An error answer of the API: raised anywhere in a handler, rendered once as a Status."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason or _DEFAULT_REASONS.get(code, "Unknown")
+        self.message = message
+        self.details = details
+
+    def status(self) -> dict:
+        out = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details:
+            out["details"] = self.details
+        return out
+
+    def __repr__(self) -> str:
+        return f"ApiError({self.code}, {self.reason!r}, {self.message!r})"
+
+
+def resource_label(group: str, plural: str) -> str:
+    """How kube-apiserver names a resource in messages: `clusterpeers.peering.deckhouse.io`, `configmaps`."""
+    return f"{plural}.{group}" if group else plural
+
+
+def not_found(group: str, plural: str, name: str) -> ApiError:
+    return ApiError(
+        404, "NotFound", f'{resource_label(group, plural)} "{name}" not found',
+        {"name": name, "group": group, "kind": plural},
+    )
+
+
+def already_exists(group: str, plural: str, name: str) -> ApiError:
+    return ApiError(
+        409, "AlreadyExists", f'{resource_label(group, plural)} "{name}" already exists',
+        {"name": name, "group": group, "kind": plural},
+    )
+
+
+def conflict(group: str, plural: str, name: str, why: str) -> ApiError:
+    return ApiError(
+        409, "Conflict",
+        f'Operation cannot be fulfilled on {resource_label(group, plural)} "{name}": {why}',
+        {"name": name, "group": group, "kind": plural},
+    )
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def invalid(kind: str, group: str, name: str, causes: list[dict]) -> ApiError:
+    """422 Invalid naming every failing field, in kube-apiserver's message form.
+
+    Each cause is {"reason": "FieldValue...", "message": "...", "field": "spec.x"}.
+    """
+    qualified = f"{kind}.{group}" if group else kind
+    parts = [f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes]
+    joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+    return ApiError(
+        422, "Invalid", f'{qualified} "{name}" is invalid: {joined}',
+        {"name": name, "group": group, "kind": kind, "causes": causes},
+    )
+
+
+def gone(message: str) -> ApiError:
+    return ApiError(410, "Expired", message)
