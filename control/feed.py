@@ -1,0 +1,186 @@
+"""The registry feed: every replica turns its watches into gateway registry snapshots and certificate reloads.
+
+Watched (through the shared informers): ClusterPeers, the module's own Secrets in its namespace (label
+`app.kubernetes.io/managed-by=peering`: the `peer-*` credentials and the three TLS Secrets), PeeringCapabilities,
+and the ConfigMap kube-system/d8-cluster-uuid. Any change marks the feed dirty; the feed waits a short moment to
+gather a burst of changes, then builds one `Registry` with the next generation and publishes it, and reloads the
+gateway's certificates when the TLS Secrets changed. Building is a pure function of the caches (`build_registry`,
+`certificates_from`), so every replica and every worker arrives at the same snapshot from the same objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import inspect
+import logging
+from typing import Any, Protocol
+
+from gateway.registry import Registry
+
+from control.kube import CLUSTERPEERS, CONFIGMAPS, PEERINGCAPABILITIES, SECRETS
+from control.watch import Informer, Informers
+
+log = logging.getLogger("peering.control.feed")
+
+MANAGED_BY = "app.kubernetes.io/managed-by=peering"
+CLUSTER_UUID_NAMESPACE = "kube-system"
+CLUSTER_UUID_CONFIGMAP = "d8-cluster-uuid"
+CA_SECRET = "peering-ca"
+ENTRANCE_TLS_SECRET = "peering-gateway-tls"
+EGRESS_TLS_SECRET = "peering-egress-tls"
+PEER_SECRET_PREFIX = "peer-"
+
+
+class Sink(Protocol):
+    """What the feed drives: `gateway.server.Gateway` (either method may be a coroutine function)."""
+
+    def publish(self, registry: Registry) -> Any: ...
+
+    def reload_certificates(self, entrance_cert_pem: bytes, entrance_key_pem: bytes, ca_pem: bytes,
+                            egress_cert_pem: bytes, egress_key_pem: bytes) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Certificates:
+    """The gateway's serving material as the TLS Secrets hold it (PEM bytes)."""
+
+    entrance_cert_pem: bytes
+    entrance_key_pem: bytes
+    ca_pem: bytes
+    egress_cert_pem: bytes
+    egress_key_pem: bytes
+
+    def __repr__(self) -> str:  # keys never reach a log through repr
+        return "Certificates(<hidden>)"
+
+
+def _data(secret: dict | None, key: str) -> bytes:
+    value = ((secret or {}).get("data") or {}).get(key)
+    if not isinstance(value, str):
+        return b""
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:
+        return b""
+
+
+def cluster_uuid_from(configmap: dict | None) -> str:
+    value = ((configmap or {}).get("data") or {}).get("cluster-uuid")
+    return value.strip() if isinstance(value, str) else ""
+
+
+def build_registry(*, configmap: dict | None, clusterpeers: list[dict], secrets: list[dict],
+                   capabilities: list[dict], generation: int) -> Registry:
+    """The snapshot of the caches (pure): only `peer-*` Secrets describe peers."""
+    peer_secrets = [s for s in secrets
+                    if str((s.get("metadata") or {}).get("name", "")).startswith(PEER_SECRET_PREFIX)]
+    return Registry.from_objects(cluster_uuid=cluster_uuid_from(configmap), clusterpeers=clusterpeers,
+                                 peer_secrets=peer_secrets, capabilities=capabilities, generation=generation)
+
+
+def certificates_from(secrets: dict[str, dict]) -> Certificates | None:
+    """The gateway's certificates from the TLS Secrets by name, or None while any part is missing (pure).
+
+    The CA the gateway trusts for client certificates is the one in `peering-ca`; the server Secrets' own
+    `ca.crt` may lag behind a CA rotation for a moment and is not used."""
+    entrance, egress, ca = (secrets.get(n) for n in (ENTRANCE_TLS_SECRET, EGRESS_TLS_SECRET, CA_SECRET))
+    certs = Certificates(_data(entrance, "tls.crt"), _data(entrance, "tls.key"), _data(ca, "tls.crt"),
+                         _data(egress, "tls.crt"), _data(egress, "tls.key"))
+    if not all(dataclasses.astuple(certs)):
+        return None
+    return certs
+
+
+class Feed:
+    """Publishes registry snapshots and certificates to `sink` from the shared informers; `ready` is set after the
+    first publish of fully synced caches (the process's /readyz waits on it)."""
+
+    def __init__(self, informers: Informers, sink: Sink, namespace: str, *, coalesce: float = 0.05) -> None:
+        self.sink = sink
+        self.namespace = namespace
+        self.coalesce = coalesce
+        self.clusterpeers = informers.get(CLUSTERPEERS)
+        self.secrets = informers.get(SECRETS, namespace=namespace, label_selector=MANAGED_BY)
+        self.capabilities = informers.get(PEERINGCAPABILITIES)
+        self.cluster_uuid = informers.get(CONFIGMAPS, namespace=CLUSTER_UUID_NAMESPACE,
+                                          field_selector=f"metadata.name={CLUSTER_UUID_CONFIGMAP}")
+        self._informers: tuple[Informer, ...] = (self.clusterpeers, self.secrets, self.capabilities,
+                                                 self.cluster_uuid)
+        self.generation = 0
+        self.registry: Registry = Registry.empty()
+        self.certificates: Certificates | None = None
+        self.ready = asyncio.Event()
+        self._dirty = asyncio.Event()
+        self._unsubscribe: list = []
+        self._task: asyncio.Task | None = None
+
+    def _changed(self, event_type: str, obj: dict) -> None:
+        self._dirty.set()
+
+    def start(self) -> None:
+        if self._task is not None:
+            return
+        self._unsubscribe = [i.subscribe(self._changed) for i in self._informers]
+        self._dirty.set()
+        self._task = asyncio.create_task(self._run(), name="registry-feed")
+
+    async def stop(self) -> None:
+        for fn in self._unsubscribe:
+            fn()
+        self._unsubscribe = []
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        await asyncio.gather(*(i.synced.wait() for i in self._informers))
+        while True:
+            await self._dirty.wait()
+            # Gather a burst (a relist, a reconcile writing several objects) into one snapshot.
+            await asyncio.sleep(self.coalesce)
+            self._dirty.clear()
+            try:
+                await self.publish_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # The gateway keeps serving the previous snapshot; the next change tries again.
+                log.error("publishing the registry failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+
+    async def publish_once(self) -> Registry:
+        """Build the snapshot of the current caches, hand it to the sink, and reload changed certificates."""
+        secrets = {(s.get("metadata") or {}).get("name", ""): s for s in self.secrets.items()}
+        certs = certificates_from(secrets)
+        if certs is not None and certs != self.certificates:
+            await _maybe_await(self.sink.reload_certificates(
+                certs.entrance_cert_pem, certs.entrance_key_pem, certs.ca_pem, certs.egress_cert_pem,
+                certs.egress_key_pem))
+            self.certificates = certs
+            log.info("gateway certificates reloaded")
+        configmap = self.cluster_uuid.get(CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE)
+        registry = build_registry(configmap=configmap, clusterpeers=self.clusterpeers.items(),
+                                  secrets=list(secrets.values()), capabilities=self.capabilities.items(),
+                                  generation=self.generation + 1)
+        if _same_content(registry, self.registry):
+            return self.registry
+        self.generation += 1
+        await _maybe_await(self.sink.publish(registry))
+        self.registry = registry
+        self.ready.set()
+        log.info("registry published", extra={"generation": registry.generation, "peers": len(registry.peers),
+                                              "capabilities": len(registry.capabilities)})
+        return registry
+
+
+def _same_content(a: Registry, b: Registry) -> bool:
+    # A change that does not alter the snapshot (a status condition, a resourceVersion) publishes nothing.
+    return (a.loaded == b.loaded and a.cluster_uuid == b.cluster_uuid and dict(a.peers) == dict(b.peers)
+            and dict(a.capabilities) == dict(b.capabilities))
+
+
+async def _maybe_await(value: Any) -> None:
+    if inspect.isawaitable(value):
+        await value
