@@ -1,0 +1,259 @@
+"""Invite tokens, the desired `status.invite`, and the redemption decision of `POST /v1/join`.
+
+Only `sha256(secret)` is stored. Redemption compares in constant time and answers an unknown token ID and a wrong
+secret alike, so the public join endpoint reveals nothing about which token IDs exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from control.connstring import format_time
+
+TTL_MIN = timedelta(minutes=10)
+TTL_MAX = timedelta(hours=24)
+TTL_DEFAULT = timedelta(hours=24)
+TOKEN_ID_LENGTH = 8
+#: 32 random bytes: 256 bits, twice the 128 the design asks for.
+SECRET_BYTES = 32
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(h|m|s|ms|us|µs|ns)")
+_UNIT = {
+    "h": 3600.0,
+    "m": 60.0,
+    "s": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ns": 1e-9,
+}
+
+
+class InviteError(ValueError):
+    """A spec.invite the module cannot use; `reason` is machine-readable."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Token:
+    token_id: str
+    secret: str = field(repr=False)
+
+    @property
+    def text(self) -> str:
+        return f"{self.token_id}.{self.secret}"
+
+
+def generate_token() -> Token:
+    """A fresh token: an 8-character lower-case ID and a 256-bit URL-safe secret."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    token_id = "".join(secrets.choice(alphabet) for _ in range(TOKEN_ID_LENGTH))
+    return Token(token_id, secrets.token_urlsafe(SECRET_BYTES))
+
+
+def token_hash(secret: str) -> str:
+    """SHA-256 of the secret, 64 lower-case hex characters: all that status.invite keeps of it."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def split_token(text: str) -> tuple[str, str] | None:
+    """`(tokenID, secret)` of a presented token, or None when it is not `<id>.<secret>`."""
+    if not isinstance(text, str):
+        return None
+    token_id, sep, secret = text.partition(".")
+    if not sep or not token_id or not secret or len(token_id) > 16 or len(secret) > 256:
+        return None
+    return token_id, secret
+
+
+def parse_duration(text: str) -> timedelta:
+    """A Go duration string (`1h`, `90m`, `1h30m`, `1.5h`, `600s`); ValueError when it is not one."""
+    s = text.strip()
+    if not s:
+        raise ValueError("empty duration")
+    if s == "0":
+        return timedelta(0)
+    pos, total = 0, 0.0
+    for m in _DURATION_RE.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT[m.group(2)]
+        pos = m.end()
+    if pos != len(s):
+        raise ValueError(f"{text!r} is not a duration")
+    return timedelta(seconds=total)
+
+
+def parse_ttl(text: str | None) -> timedelta:
+    """spec.invite.tokenTTL: 10m to 24h, 24h when unset; InviteError InvalidTokenTTL otherwise."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return TTL_DEFAULT
+    if not isinstance(text, str):
+        raise InviteError("InvalidTokenTTL", f"spec.invite.tokenTTL must be a string like 1h or 90m, got {text!r}")
+    try:
+        ttl = parse_duration(text)
+    except ValueError:
+        raise InviteError(
+            "InvalidTokenTTL",
+            f"spec.invite.tokenTTL {text!r} is not a duration; write it like 1h, 90m or 1h30m (from 10m to 24h)",
+        ) from None
+    if not TTL_MIN <= ttl <= TTL_MAX:
+        raise InviteError(
+            "InvalidTokenTTL",
+            f"spec.invite.tokenTTL {text!r} is out of range; set a value from 10m to 24h, or remove it for 24h",
+        )
+    return ttl
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """An RFC 3339 time as Kubernetes writes it, or None when absent or unreadable."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class InviteDecision:
+    """Keep the current status.invite (`issue` False) or issue a new string expiring at `expires_at`."""
+
+    issue: bool
+    expires_at: datetime | None = None
+    #: Why, for logs and events: Missing, Expired, Unreadable, Valid, Used.
+    why: str = ""
+
+
+def decide_invite(current: dict | None, *, ttl: timedelta, now: datetime) -> InviteDecision:
+    """Whether an Invite ClusterPeer needs a new connection string.
+
+    A new one when there is none or the unused one expired; never while a valid unused one exists, and never
+    once one was used (the peering exists; `used` stays true).
+    """
+    if not current or not current.get("tokenHash") or not current.get("tokenID"):
+        return InviteDecision(True, now + ttl, "Missing")
+    if current.get("used") is True:
+        return InviteDecision(False, why="Used")
+    expires = parse_time(current.get("expiresAt"))
+    if expires is None:
+        return InviteDecision(True, now + ttl, "Unreadable")
+    if now >= expires:
+        return InviteDecision(True, now + ttl, "Expired")
+    return InviteDecision(False, why="Valid")
+
+
+def invite_status(token: Token, connection_string: str, expires_at: datetime) -> dict:
+    """The status.invite of a freshly issued string."""
+    return {
+        "connectionString": connection_string,
+        "expiresAt": format_time(expires_at),
+        "tokenHash": token_hash(token.secret),
+        "tokenID": token.token_id,
+        "used": False,
+    }
+
+
+def mark_used(current: dict) -> dict:
+    """status.invite after a successful redemption (written with a resourceVersion precondition)."""
+    return {**current, "used": True}
+
+
+@dataclass(frozen=True)
+class Redeemer:
+    """Who redeemed a token: kept by the caller (the peer Secret) to answer a repeated join again."""
+
+    cluster_uuid: str
+    key_fingerprint: str
+
+
+@dataclass(frozen=True)
+class Redemption:
+    """The join endpoint's decision.
+
+    outcome: "accept" (mark used, sign, answer), "reanswer" (same cluster and key after a success: answer the
+    stored result again, write nothing), "refuse" (answer `reason` with `message`).
+    """
+
+    outcome: str
+    reason: str
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome != "refuse"
+
+
+_INVALID = Redemption(
+    "refuse",
+    "TokenInvalid",
+    "the token of the connection string is not valid here; ask the inviting cluster for a new connection string",
+)
+
+
+def redeem(
+    stored_invite: dict | None,
+    presented_token: str,
+    joiner_uuid: str,
+    expected_uuid: str | None,
+    now: datetime,
+    *,
+    joiner_key_fingerprint: str = "",
+    redeemed_by: Redeemer | None = None,
+) -> Redemption:
+    """Decide a redemption of `presented_token` against the status.invite found by its token ID (None if none).
+
+    Order: token (constant time, unknown and wrong alike) → a used token (the same cluster and key get the same
+    answer again, anyone else TokenUsed) → expiry → expected cluster.
+    """
+    parts = split_token(presented_token)
+    presented_id, presented_secret = parts if parts else ("", "")
+    # Hash and compare even when nothing is stored, so timing does not tell unknown IDs from wrong secrets.
+    presented_hash = token_hash(presented_secret)
+    stored = stored_invite or {}
+    stored_id = str(stored.get("tokenID") or "")
+    stored_hash = str(stored.get("tokenHash") or "")
+    id_ok = hmac.compare_digest(presented_id.encode(), stored_id.encode())
+    hash_ok = hmac.compare_digest(presented_hash.encode(), (stored_hash or "-" * 64).encode())
+    if not (parts and stored_id and stored_hash and id_ok and hash_ok):
+        return _INVALID
+    if stored.get("used") is True:
+        if (
+            redeemed_by is not None
+            and joiner_key_fingerprint
+            and hmac.compare_digest(redeemed_by.cluster_uuid.encode(), joiner_uuid.encode())
+            and hmac.compare_digest(redeemed_by.key_fingerprint.encode(), joiner_key_fingerprint.encode())
+        ):
+            return Redemption("reanswer", "Redeemed", "the join was already accepted; answering it again")
+        return Redemption(
+            "refuse",
+            "TokenUsed",
+            "the connection string was already used by another join; a string is valid for one connection, "
+            "ask the inviting cluster for a new ClusterPeer of type Invite",
+        )
+    expires = parse_time(stored.get("expiresAt"))
+    if expires is None or now >= expires:
+        return Redemption(
+            "refuse",
+            "TokenExpired",
+            "the connection string expired; get the new one from status.invite.connectionString of the inviting "
+            "cluster",
+        )
+    if expected_uuid and not hmac.compare_digest(expected_uuid.encode(), joiner_uuid.encode()):
+        return Redemption(
+            "refuse",
+            "ClusterNotExpected",
+            f"the inviting cluster only accepts the cluster named in its spec.invite.expectedClusterUUID, not "
+            f"{joiner_uuid}; check that you joined with the right cluster or ask for the UUID to be corrected",
+        )
+    return Redemption("accept", "Accepted", "the join is accepted")
