@@ -1,0 +1,205 @@
+"""The lab's load-balancing edge: an ingress-nginx stand-in and a TCP passthrough.
+
+`Ingress` terminates TLS for `peering.<c>.lab` and forwards over plain HTTP to the peering process's join
+listener, as the cluster's ingress-nginx does: streaming both ways, hop-by-hop headers dropped, and the client's
+address put in `X-Forwarded-For` (replacing whatever the client sent, as ingress-nginx does when it does not
+trust forwarded headers). It listens from the start so that its address can go into every resolver map before the
+peering process exists; until `set_backend()` it answers 503, as ingress-nginx does for a Service without
+endpoints.
+
+`TcpPassthrough` stands for the LoadBalancer Service (or ingress-nginx SSL passthrough) in front of the entrance,
+and for the `peering-gateway.d8-peering.svc` Service in front of the egress: it splices TCP bytes and never
+touches TLS, so the peering process's own certificates and client-certificate checks are what a client sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+
+import aiohttp
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+# RFC 9110 §7.6.1 connection-specific headers, plus those the proxy computes itself.
+_HOP_BY_HOP = frozenset(
+    h.lower()
+    for h in (
+        "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "TE",
+        "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length",
+    )
+)
+_FORWARDED = frozenset(("x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-real-ip", "forwarded"))
+# ingress-nginx's default proxy-body-size.
+MAX_BODY = 1024 * 1024
+
+
+def forward_headers(incoming: "aiohttp.typedefs.LooseHeaders", client_ip: str, host: str, port: int) -> dict[str, str]:
+    """The request headers the backend gets: the client's, without hop-by-hop or forged forwarding headers."""
+    items = incoming.items() if hasattr(incoming, "items") else incoming
+    connection_tokens = set()
+    out: dict[str, str] = {}
+    for name, value in items:
+        lname = name.lower()
+        if lname == "connection":
+            connection_tokens |= {t.strip().lower() for t in value.split(",")}
+            continue
+        if lname in _HOP_BY_HOP or lname in _FORWARDED:
+            continue
+        out[name] = value
+    for name in list(out):
+        if name.lower() in connection_tokens:
+            del out[name]
+    out["X-Forwarded-For"] = client_ip
+    out["X-Real-IP"] = client_ip
+    out["X-Forwarded-Host"] = host
+    out["X-Forwarded-Proto"] = "https"
+    out["X-Forwarded-Port"] = str(port)
+    return out
+
+
+def response_headers(upstream: "aiohttp.typedefs.LooseHeaders") -> dict[str, str]:
+    items = upstream.items() if hasattr(upstream, "items") else upstream
+    return {k: v for k, v in items if k.lower() not in _HOP_BY_HOP}
+
+
+class Ingress:
+    """TLS-terminating reverse proxy on 127.0.0.1 for one host name, to `http://127.0.0.1:<backend port>`."""
+
+    def __init__(self, host: str, ssl_context: ssl.SSLContext, backend_port: int | None = None) -> None:
+        self.host = host
+        self._ssl = ssl_context
+        self.backend_port = backend_port
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    def set_backend(self, port: int | None) -> None:
+        self.backend_port = port
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        # No pooling: each proxied request gets its own upstream connection, so a client going away
+        # tears down exactly its own upstream stream.
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(force_close=True), auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None, connect=10),
+        )
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_route("*", "/{tail:.*}", self._proxy)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=self._ssl)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _proxy(self, request: web.Request) -> web.StreamResponse:
+        if self.backend_port is None:
+            return web.Response(status=503, text="503 Service Temporarily Unavailable: the backend has no endpoints yet\n")
+        if request.headers.get("Upgrade"):
+            return web.Response(status=400, text="connection upgrades are not served on this host\n")
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            return web.Response(status=413, text="413 Request Entity Too Large\n")
+        assert self._session is not None
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        client_ip = peer[0] if peer else "127.0.0.1"
+        headers = forward_headers(request.headers, client_ip, self.host, self.port)
+        url = f"http://127.0.0.1:{self.backend_port}{request.rel_url}"
+        body = request.content if request.body_exists else None
+        try:
+            async with self._session.request(
+                request.method, url, headers=headers, data=body, allow_redirects=False,
+            ) as upstream:
+                response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                              headers=response_headers(upstream.headers))
+                if upstream.content_length is not None:
+                    response.content_length = upstream.content_length
+                await response.prepare(request)
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+                return response
+        except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as e:
+            log.info("ingress %s: backend 127.0.0.1:%s failed: %s", self.host, self.backend_port, e)
+            return web.Response(status=502, text="502 Bad Gateway\n")
+
+
+class TcpPassthrough:
+    """Splices TCP connections from its own loopback port to `127.0.0.1:<target port>`, TLS untouched."""
+
+    def __init__(self, name: str, target_port: int | None = None) -> None:
+        self.name = name
+        self.target_port = target_port
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._conns: set[asyncio.Task] = set()
+
+    def set_target(self, port: int | None) -> None:
+        self.target_port = port
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._server = await asyncio.start_server(self._accept, host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for task in list(self._conns):
+            task.cancel()
+        if self._conns:
+            await asyncio.gather(*self._conns, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            await self._splice(reader, writer)
+        finally:
+            self._conns.discard(task)
+
+    async def _splice(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.target_port is None:
+            # No endpoints: a LoadBalancer refuses the connection.
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError as e:
+            log.info("passthrough %s: target 127.0.0.1:%s refused: %s", self.name, self.target_port, e)
+            writer.close()
+            return
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+                if dst.can_write_eof():
+                    dst.write_eof()
+            except (ConnectionError, OSError):
+                pass
+
+        a = asyncio.ensure_future(pump(reader, up_writer))
+        b = asyncio.ensure_future(pump(up_reader, writer))
+        try:
+            # One direction ending (EOF) is a half-close: let the other finish, within bounds.
+            _, pending = await asyncio.wait([a, b], return_when=asyncio.FIRST_COMPLETED)
+            if pending:
+                await asyncio.wait(pending, timeout=30)
+        finally:
+            for t in (a, b):
+                t.cancel()
+            await asyncio.gather(a, b, return_exceptions=True)
+            for w in (writer, up_writer):
+                w.close()
