@@ -1,0 +1,294 @@
+"""PeeringCapability validation (its Accepted condition) and scope.
+
+A capability is a set of RBAC rules that the consumers of a peer get here. It is refused when the rules could
+reach beyond themselves: wildcards, verbs that grant or assume other identities, the objects that define who may
+do what (RBAC, webhooks, CRDs, API services, identities of user-authn), credentials (Secrets, ServiceAccount
+tokens, CSR approval, TokenReviews), shells into workloads (exec, attach, port-forward, proxies, ephemeral
+containers), the module's own resources, and writes to Namespaces (a label moves a namespace into a project, and
+so into the peering).
+
+Secrets are refused for every verb and scope: a Secret may hold a ServiceAccount token or a kubeconfig of a far
+more privileged identity, and the peer's module would then act as that identity. A module that must move Secrets
+between clusters should declare a narrower resource of its own.
+
+Scope: a rule on a namespaced resource is `project`, on a cluster-scoped resource or nonResourceURLs `cluster`.
+A resource that discovery does not know (a CRD not installed yet) counts as `project`: a Role that names a
+cluster-scoped resource grants nothing, so an unknown resource fails closed instead of becoming a ClusterRole
+over every namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+#: (apiGroup, resource) -> True namespaced, False cluster-scoped, None unknown.
+Namespaced = Callable[[str, str], "bool | None"]
+
+KNOWN_VERBS = frozenset(
+    {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+)
+NON_RESOURCE_VERBS = frozenset({"get", "head", "options", "post", "put", "patch", "delete"})
+ESCALATING_VERBS = frozenset({"escalate", "bind", "impersonate", "approve", "sign", "attest", "use"})
+#: Whole API groups whose objects decide identity or authorisation, extend the API, or are the module's own.
+REFUSED_GROUPS = {
+    "rbac.authorization.k8s.io": "RBAC objects grant permissions",
+    "authentication.k8s.io": "token reviews validate other identities' tokens",
+    "authorization.k8s.io": "access reviews disclose other identities' permissions",
+    "certificates.k8s.io": "certificate signing requests can mint client certificates for any user",
+    "admissionregistration.k8s.io": "admission webhooks and policies see and change every request",
+    "apiextensions.k8s.io": "CRDs change the API and its conversion webhooks",
+    "apiregistration.k8s.io": "API services route API groups to arbitrary backends",
+    "peering.deckhouse.io": "the peering module's own resources control the peering itself",
+}
+#: (apiGroup, resource) refused for every verb.
+REFUSED_RESOURCES = {
+    ("", "secrets"): "Secrets hold credentials of other identities",
+    ("", "serviceaccounts/token"): "it mints tokens of ServiceAccounts",
+    ("", "nodes/proxy"): "it reaches the kubelet API, which runs commands in any pod of the node",
+    ("", "pods/exec"): "it runs commands in pods, with their ServiceAccounts and mounted Secrets",
+    ("", "pods/attach"): "it attaches to processes in pods",
+    ("", "pods/portforward"): "it reaches ports inside pods past NetworkPolicies",
+    ("", "pods/proxy"): "it proxies requests into pods",
+    ("", "services/proxy"): "it proxies requests into services",
+    ("", "pods/ephemeralcontainers"): "an ephemeral container is a shell in the pod",
+    ("deckhouse.io", "tokenexchangeproviders"): "token exchange providers decide which tokens Dex accepts",
+    ("deckhouse.io", "users"): "user-authn users are identities",
+    ("deckhouse.io", "groups"): "user-authn groups decide identities' permissions",
+    ("deckhouse.io", "dexproviders"): "Dex providers decide which identities log in",
+    ("deckhouse.io", "dexauthenticators"): "Dex authenticators decide which identities log in",
+    ("deckhouse.io", "clusterauthorizationrules"): "authorization rules grant permissions",
+    ("deckhouse.io", "authorizationrules"): "authorization rules grant permissions",
+    ("deckhouse.io", "moduleconfigs"): "module configuration can turn off the cluster's protections",
+}
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+#: (apiGroup, resource) refused for writing.
+REFUSED_WRITES = {
+    ("", "namespaces"): "a namespace's labels decide its project and Pod Security level",
+    ("deckhouse.io", "projects"): "projects decide which namespaces are paired",
+    ("deckhouse.io", "projecttemplates"): "project templates create RBAC in every project",
+}
+
+# Reasons of the Accepted condition, most severe first: a capability with several problems reports the first.
+ACCEPTED = "Accepted"
+WILDCARD = "Wildcard"
+PRIVILEGE_ESCALATION = "PrivilegeEscalation"
+INVALID_RULE = "InvalidRule"
+INVALID_CONSUMER = "InvalidConsumer"
+INVALID_VERSION = "InvalidVersion"
+EMPTY_RULES = "EmptyRules"
+NO_CONSUMERS = "NoConsumers"
+_SEVERITY = [WILDCARD, PRIVILEGE_ESCALATION, INVALID_RULE, INVALID_CONSUMER, INVALID_VERSION, EMPTY_RULES, NO_CONSUMERS]
+MAX_PROBLEMS_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The Accepted condition of a PeeringCapability."""
+
+    status: str  # "True" or "False"
+    reason: str
+    message: str
+
+    @property
+    def accepted(self) -> bool:
+        return self.status == "True"
+
+
+def _strings(value) -> list[str] | None:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    return value
+
+
+def _rule_problems(i: int, rule) -> list[tuple[str, str]]:
+    where = f"rule {i + 1}"
+    if not isinstance(rule, dict):
+        return [(INVALID_RULE, f"{where} is not an object")]
+    fields = {k: _strings(rule.get(k)) for k in ("apiGroups", "resources", "resourceNames", "nonResourceURLs", "verbs")}
+    bad = [k for k, v in fields.items() if v is None]
+    if bad:
+        return [(INVALID_RULE, f"{where}: {', '.join(bad)} must be lists of strings")]
+    groups, resources, names, urls, verbs = (fields[k] for k in fields)
+    out: list[tuple[str, str]] = []
+
+    starred = [f"{k} {v!r}" for k in ("apiGroups", "resources", "verbs", "nonResourceURLs") for v in fields[k] if "*" in v]
+    if starred:
+        out.append((WILDCARD, f"{where} uses wildcards ({', '.join(starred)}); list the exact verbs and resources"))
+
+    if not verbs:
+        out.append((INVALID_RULE, f"{where} has no verbs"))
+    if bool(resources) == bool(urls):
+        out.append((INVALID_RULE, f"{where} must name either resources or nonResourceURLs, exactly one of them"))
+    if resources and not groups:
+        out.append((INVALID_RULE, f"{where} names resources without apiGroups; use \"\" for the core group"))
+    if urls and (groups or names):
+        out.append((INVALID_RULE, f"{where} mixes nonResourceURLs with apiGroups or resourceNames"))
+    if any(not r for r in resources) or any(not v for v in verbs):
+        out.append((INVALID_RULE, f"{where} has an empty resource or verb"))
+    if any(not u.startswith("/") for u in urls):
+        out.append((INVALID_RULE, f"{where}: nonResourceURLs must start with /"))
+
+    escalating = sorted(set(verbs) & ESCALATING_VERBS)
+    if escalating:
+        out.append(
+            (PRIVILEGE_ESCALATION, f"{where} uses the verbs {', '.join(escalating)}, which grant or assume other identities")
+        )
+    allowed = NON_RESOURCE_VERBS if urls else KNOWN_VERBS
+    unknown = sorted(set(verbs) - allowed - ESCALATING_VERBS)
+    if unknown and not any("*" in v for v in unknown):
+        out.append((INVALID_RULE, f"{where} has unknown verbs {', '.join(unknown)}; use {', '.join(sorted(allowed))}"))
+
+    for g in groups:
+        if g in REFUSED_GROUPS:
+            out.append((PRIVILEGE_ESCALATION, f"{where} names the API group {g}: {REFUSED_GROUPS[g]}"))
+    for g in groups:
+        for r in resources:
+            key = (g, r.lower())
+            if key in REFUSED_RESOURCES:
+                out.append((PRIVILEGE_ESCALATION, f"{where} names {_gr(g, r)}: {REFUSED_RESOURCES[key]}"))
+            elif key in REFUSED_WRITES and set(verbs) & WRITE_VERBS:
+                out.append((PRIVILEGE_ESCALATION, f"{where} writes {_gr(g, r)}: {REFUSED_WRITES[key]}"))
+    return out
+
+
+def _gr(group: str, resource: str) -> str:
+    return f"{resource}.{group}" if group else resource
+
+
+def _consumer_problems(consumers) -> list[tuple[str, str]]:
+    if not isinstance(consumers, list):
+        return [(INVALID_CONSUMER, "spec.consumers must be a list")]
+    out = []
+    for i, c in enumerate(consumers):
+        where = f"consumer {i + 1}"
+        if not isinstance(c, dict):
+            out.append((INVALID_CONSUMER, f"{where} is not an object"))
+            continue
+        if c.get("kind", "ServiceAccount") != "ServiceAccount":
+            out.append((INVALID_CONSUMER, f"{where} has kind {c.get('kind')!r}; only ServiceAccount is supported"))
+        if not isinstance(c.get("name"), str) or not c.get("name"):
+            out.append((INVALID_CONSUMER, f"{where} has no name"))
+        if not isinstance(c.get("namespace"), str) or not c.get("namespace"):
+            out.append((INVALID_CONSUMER, f"{where} has no namespace"))
+    return out
+
+
+def validate(spec: dict | None) -> Verdict:
+    """The Accepted condition for a PeeringCapability's spec."""
+    spec = spec if isinstance(spec, dict) else {}
+    problems: list[tuple[str, str]] = []
+    version = spec.get("version")
+    if not isinstance(version, str) or not version.strip():
+        problems.append((INVALID_VERSION, "spec.version is empty; set the capability's version"))
+    rules = spec.get("rules")
+    if not rules:
+        problems.append((EMPTY_RULES, "spec.rules is empty; a capability must grant something"))
+    elif not isinstance(rules, list):
+        problems.append((INVALID_RULE, "spec.rules must be a list"))
+    else:
+        for i, rule in enumerate(rules):
+            problems.extend(_rule_problems(i, rule))
+    consumers = spec.get("consumers")
+    if not consumers:
+        problems.append((NO_CONSUMERS, "spec.consumers is empty; name the ServiceAccounts that use the capability"))
+    else:
+        problems.extend(_consumer_problems(consumers))
+    if not problems:
+        return Verdict("True", ACCEPTED, "the rules grant no more than they name; the capability can be opened")
+    problems.sort(key=lambda p: _SEVERITY.index(p[0]))
+    texts = [p[1] for p in problems[:MAX_PROBLEMS_SHOWN]]
+    more = len(problems) - len(texts)
+    tail = f"; and {more} more" if more > 0 else ""
+    return Verdict(
+        "False", problems[0][0], "; ".join(texts) + tail + ". Fix spec and the capability is validated again"
+    )
+
+
+def _base(resource: str) -> str:
+    return resource.split("/", 1)[0]
+
+
+def split_rules(rules: Iterable[dict], namespaced: Namespaced) -> dict[str, list[dict]]:
+    """The rules split by scope: `project` rules go into Roles, `cluster` rules into ClusterRoles.
+
+    Every output rule has one API group, so a namespaced resource never lands in a ClusterRole (where it would
+    grant access in every namespace). Scopes without rules are absent.
+    """
+    out: dict[str, list[dict]] = {}
+    for rule in rules or []:
+        verbs = list(rule.get("verbs") or [])
+        urls = list(rule.get("nonResourceURLs") or [])
+        if urls:
+            out.setdefault("cluster", []).append({"nonResourceURLs": urls, "verbs": verbs})
+            continue
+        for group in rule.get("apiGroups") or []:
+            by_scope: dict[str, list[str]] = {}
+            for resource in rule.get("resources") or []:
+                is_ns = namespaced(group, _base(resource))
+                by_scope.setdefault("cluster" if is_ns is False else "project", []).append(resource)
+            for sc, resources in by_scope.items():
+                r: dict = {"apiGroups": [group], "resources": resources, "verbs": verbs}
+                if rule.get("resourceNames"):
+                    r["resourceNames"] = list(rule["resourceNames"])
+                out.setdefault(sc, []).append(r)
+    return out
+
+
+def scope(rules: Iterable[dict], namespaced: Namespaced) -> set[str]:
+    """{"project"}, {"cluster"} or both: where the rules apply (see the module docstring for unknown resources)."""
+    return set(split_rules(rules, namespaced))
+
+
+@dataclass(frozen=True)
+class LocalCapability:
+    """A PeeringCapability of this cluster as the other rules need it."""
+
+    name: str
+    version: str
+    verdict: Verdict
+    scope: tuple[str, ...]  # sorted: ("cluster",), ("project",) or ("cluster", "project")
+    consumers: tuple[tuple[str, str], ...]  # (namespace, name), sorted
+    rules: tuple[tuple[str, tuple], ...] = ()  # (scope, rules as a tuple of frozen dict items) for grants
+
+    @property
+    def accepted(self) -> bool:
+        return self.verdict.accepted
+
+    def rules_for(self, scope_name: str) -> list[dict]:
+        for sc, rules in self.rules:
+            if sc == scope_name:
+                return [_thaw(r) for r in rules]
+        return []
+
+
+def _freeze(rule: dict) -> tuple:
+    return tuple(sorted((k, tuple(v)) for k, v in rule.items()))
+
+
+def _thaw(rule: tuple) -> dict:
+    return {k: list(v) for k, v in rule}
+
+
+def local_capability(obj: dict, namespaced: Namespaced) -> LocalCapability:
+    """A LocalCapability from a PeeringCapability object as the API returns it."""
+    spec = obj.get("spec") or {}
+    verdict = validate(spec)
+    split = split_rules(spec.get("rules") or [], namespaced) if verdict.accepted else {}
+    consumers = tuple(
+        sorted(
+            (c["namespace"], c["name"])
+            for c in (spec.get("consumers") or [])
+            if isinstance(c, dict) and c.get("namespace") and c.get("name")
+        )
+    )
+    return LocalCapability(
+        name=(obj.get("metadata") or {}).get("name", ""),
+        version=str(spec.get("version") or ""),
+        verdict=verdict,
+        scope=tuple(sorted(split)),
+        consumers=consumers,
+        rules=tuple((sc, tuple(_freeze(r) for r in rules)) for sc, rules in sorted(split.items())),
+    )
