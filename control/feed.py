@@ -38,7 +38,7 @@ class Sink(Protocol):
 
     def publish(self, registry: Registry) -> Any: ...
 
-    def reload_certificates(self, entrance_cert_pem: bytes, entrance_key_pem: bytes, ca_pem: bytes,
+    def reload_certificates(self, *, entrance_cert_pem: bytes, entrance_key_pem: bytes, ca_pem: bytes,
                             egress_cert_pem: bytes, egress_key_pem: bytes) -> Any: ...
 
 
@@ -155,9 +155,7 @@ class Feed:
         secrets = {(s.get("metadata") or {}).get("name", ""): s for s in self.secrets.items()}
         certs = certificates_from(secrets)
         if certs is not None and certs != self.certificates:
-            await _maybe_await(self.sink.reload_certificates(
-                certs.entrance_cert_pem, certs.entrance_key_pem, certs.ca_pem, certs.egress_cert_pem,
-                certs.egress_key_pem))
+            await _maybe_await(self.sink.reload_certificates(**dataclasses.asdict(certs)))
             self.certificates = certs
             log.info("gateway certificates reloaded")
         configmap = self.cluster_uuid.get(CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE)

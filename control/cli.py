@@ -1,0 +1,192 @@
+"""The `peering` console script: `peering run` (the gateway and its control loop) and `peering version`.
+
+Every flag can also come from the environment as PEERING_<FLAG> (upper case, dashes as underscores), which is how
+the chart sets them; a flag given on the command line wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import logging
+import os
+import pathlib
+import signal
+import sys
+import tomllib
+from importlib import metadata
+from typing import Sequence
+
+from control.config import DexSettings, KubeSettings, LeaseSettings, ListenSettings, Settings
+
+log = logging.getLogger("peering.control.cli")
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
+_SECRET_WORDS = ("token", "secret", "password", "key", "authorization")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, msg and the record's `extra` fields.
+
+    Extra fields whose name suggests a credential are replaced: code should never pass one, and if it does the
+    value still does not reach the log."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
+            .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for name, value in vars(record).items():
+            if name in _STANDARD or name.startswith("_"):
+                continue
+            if any(word in name.lower() for word in _SECRET_WORDS):
+                value = "<redacted>"
+            line[name] = value if isinstance(value, (str, int, float, bool, type(None), list, dict)) else str(value)
+        if record.exc_info and record.exc_info[0] is not None:
+            line["error"] = f"{record.exc_info[0].__name__}: {record.exc_info[1]}"
+        return json.dumps(line, default=str)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # aiohttp's access log would log paths with queries; the gateway writes its own access log.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def version() -> str:
+    """The installed package's version, or pyproject's when running from a source tree."""
+    try:
+        return metadata.version("deckhouse-peering")
+    except metadata.PackageNotFoundError:
+        pass
+    pyproject = pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml"
+    try:
+        return tomllib.loads(pyproject.read_text())["project"]["version"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "0+unknown"
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get("PEERING_" + name.upper().replace("-", "_"), default)
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; give 0 to 65535 (0 lets the OS choose)")
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number; give 0 to 65535 (0 lets the OS choose)")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of 1 or more")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="peering", description="Peering module of the Deckhouse Platform")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("version", help="print the version and exit")
+    run = sub.add_parser("run", help="serve the peering gateway and run its control loop")
+    listen = ListenSettings()
+    run.add_argument("--kubeconfig", default=_env("kubeconfig"),
+                     help="kubeconfig file; default: in-cluster ServiceAccount")
+    run.add_argument("--namespace", default=_env("namespace", KubeSettings.namespace), help="module namespace")
+    run.add_argument("--public-domain-template", default=_env("public-domain-template"),
+                     help="global.modules.publicDomainTemplate, e.g. %%s.example.com (required)")
+    run.add_argument("--bind-host", default=_env("bind-host", listen.bind_host))
+    for name, default in (("entrance", listen.entrance_port), ("join", listen.join_port),
+                          ("egress", listen.egress_port), ("ops", listen.ops_port)):
+        run.add_argument(f"--{name}-port", type=_port, default=_port(_env(f"{name}-port", str(default))),
+                         help=f"{name} listener port (0: chosen by the OS)")
+    run.add_argument("--ports-file", default=_env("ports-file"), help="write the bound ports here as JSON")
+    run.add_argument("--resolve", action="append", default=[], metavar="HOST=IP:PORT",
+                     help="send connections to HOST to IP:PORT (repeatable)")
+    run.add_argument("--dex-url", default=_env("dex-url"), help="this cluster's Dex issuer URL")
+    run.add_argument("--dex-ca-file", default=_env("dex-ca-file"), help="CA bundle of Dex's serving cert")
+    run.add_argument("--dex-client-secret-name", default=_env("dex-client-secret-name",
+                                                              DexSettings.client_secret_name),
+                     help="Secret in the module namespace with clientID and clientSecret")
+    run.add_argument("--workers", type=_positive, default=_positive(_env("workers", "1")),
+                     help="gateway worker processes")
+    run.add_argument("--identity", default=_env("identity"), help="Lease holder identity (default hostname-pid)")
+    run.add_argument("--log-level", default=_env("log-level", "INFO"),
+                     choices=["DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error"])
+    return p
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """Build the one settings object; ValueError says which flag is wrong and what to give instead."""
+    from gateway.resolve import parse_resolve_args
+
+    if not args.public_domain_template:
+        raise ValueError("--public-domain-template is required (global.modules.publicDomainTemplate, "
+                         "for example %s.example.com)")
+    resolve = parse_resolve_args(list(args.resolve) + [v for v in (_env("resolve") or "").split(",") if v])
+    if args.dex_ca_file and not os.path.isfile(args.dex_ca_file):
+        raise ValueError(f"--dex-ca-file {args.dex_ca_file}: no such file")
+    lease = LeaseSettings(identity=args.identity) if args.identity else LeaseSettings()
+    return Settings(
+        public_domain_template=args.public_domain_template,
+        kube=KubeSettings(kubeconfig=args.kubeconfig, namespace=args.namespace),
+        listen=ListenSettings(bind_host=args.bind_host, entrance_port=args.entrance_port, join_port=args.join_port,
+                              egress_port=args.egress_port, ops_port=args.ops_port, ports_file=args.ports_file),
+        dex=DexSettings(url=args.dex_url, ca_file=args.dex_ca_file, client_secret_name=args.dex_client_secret_name),
+        lease=lease, resolve=resolve, workers=args.workers, log_level=args.log_level.upper())
+
+
+async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Run until `stop` is set (SIGTERM/SIGINT set it in `main`)."""
+    from control.process import run_process
+
+    await run_process(settings, stop or asyncio.Event())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "version":
+        print(version())
+        return 0
+    try:
+        settings = settings_from(args)
+    except ValueError as exc:
+        print(f"peering run: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; this keeps a broken install explainable
+        uvloop = None
+    runner = asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop else None)
+    with runner:
+        loop = runner.get_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            runner.run(serve(settings, stop))
+        except ValueError as exc:
+            log.error("cannot start", extra={"error": str(exc)})
+            return 2
+    return 0
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())
