@@ -1,0 +1,22 @@
+"""status.access: the egress endpoint, the CA and the audiences consumers request."""
+
+from __future__ import annotations
+
+from control.rules.access import audience, desired_access
+
+
+def test_desired_access():
+    got = desired_access("cluster-a", "a-uuid", "PEM", ["storage", "dns", "storage"])
+    assert got == {
+        "endpoint": "https://peering-gateway.d8-peering.svc/peers/cluster-a",
+        "caBundle": "PEM",
+        "audiences": [
+            {"capability": "dns", "audience": "peering.deckhouse.io/a-uuid/dns"},
+            {"capability": "storage", "audience": "peering.deckhouse.io/a-uuid/storage"},
+        ],
+    }
+
+
+def test_no_effective_capabilities_no_audiences():
+    assert desired_access("x", "u", "PEM", [])["audiences"] == []
+    assert audience("u", "c") == "peering.deckhouse.io/u/c"
