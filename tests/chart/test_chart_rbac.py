@@ -1,0 +1,140 @@
+"""RBAC of the chart: the process gets exactly the calls it makes, with no wildcard anywhere, and the roles for
+people nest viewer < editor < admin with the connection strings (clusterpeers/sensitive) for admin only."""
+
+from __future__ import annotations
+
+import helm_python as helm
+import pytest
+import yaml
+
+from conftest import CHART_DIR
+
+VALUES = {"global": {"modules": {"publicDomainTemplate": "%s.example.com"}}}
+SA = ("d8-peering", "peering")
+CLUSTER = "*"
+PEERING = "peering.deckhouse.io"
+RBAC = "rbac.authorization.k8s.io"
+READ = ("get", "list", "watch")
+ALL = (*READ, "create", "update", "patch", "delete")
+
+
+def grants(scope: str, groups, resources, verbs, names=(None,)) -> set[tuple]:
+    return {(scope, g, r, v, n) for g in groups for r in resources for v in verbs for n in names}
+
+
+# What the process calls, as the issue lists it: every (where, group, resource, verb, resourceName).
+PROCESS = (
+    grants(CLUSTER, [PEERING], ["clusterpeers"], (*READ, "update", "patch"))
+    | grants(CLUSTER, [PEERING], ["clusterpeers/sensitive"], (*READ, "update", "patch"))
+    | grants(CLUSTER, [PEERING], ["clusterpeers/status", "peeringcapabilities/status", "projectpeers/status"],
+             ("get", "update", "patch"))
+    | grants(CLUSTER, [PEERING], ["peeringcapabilities"], READ)
+    | grants(CLUSTER, [PEERING], ["projectpeers"], ALL)
+    | grants(CLUSTER, [RBAC], ["roles", "rolebindings", "clusterroles", "clusterrolebindings"], ALL)
+    | grants(CLUSTER, [RBAC], ["roles", "clusterroles"], ("escalate", "bind"))
+    | grants(CLUSTER, ["deckhouse.io"], ["projects"], READ)
+    | grants(CLUSTER, [""], ["namespaces"], READ)
+    | grants(CLUSTER, ["deckhouse.io"], ["tokenexchangeproviders"], ALL)
+    | grants(CLUSTER, ["authentication.k8s.io"], ["tokenreviews"], ("create",))
+    | grants(CLUSTER, ["", "events.k8s.io"], ["events"], ("create", "patch"))
+    | {(CLUSTER, "nonResourceURL", url, "get", None) for url in ("/.well-known/openid-configuration",
+                                                                   "/openid/v1/jwks")}
+    | grants("d8-peering", [""], ["secrets"], ALL)
+    | grants("d8-peering", ["coordination.k8s.io"], ["leases"], ALL)
+    | grants("kube-system", [""], ["configmaps"], ("get",), ("d8-cluster-uuid",))
+)
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[dict]:
+    with helm.Chart.load(CHART_DIR) as chart:
+        manifests = chart.render(VALUES, name="peering", namespace="d8-peering")
+    return [doc for text in manifests.values() for doc in yaml.safe_load_all(text) if doc]
+
+
+def roles(objects: list[dict]) -> dict[tuple[str, str, str | None], list[dict]]:
+    return {
+        (o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")): o.get("rules", [])
+        for o in objects if o["kind"] in ("Role", "ClusterRole")
+    }
+
+
+def expand(rules: list[dict], scope: str) -> set[tuple]:
+    out: set[tuple] = set()
+    for rule in rules:
+        if "nonResourceURLs" in rule:
+            out |= {(scope, "nonResourceURL", u, v, None) for u in rule["nonResourceURLs"] for v in rule["verbs"]}
+        else:
+            out |= grants(scope, rule["apiGroups"], rule["resources"], rule["verbs"],
+                          rule.get("resourceNames") or (None,))
+    return out
+
+
+def granted_to(objects: list[dict], subject: tuple[str, str]) -> set[tuple]:
+    """Everything the bindings of the chart give the ServiceAccount `subject` (namespace, name)."""
+    by_ref = roles(objects)
+    out: set[tuple] = set()
+    for binding in objects:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s["kind"] == "ServiceAccount" and (s["namespace"], s["name"]) == subject
+                   for s in binding["subjects"]):
+            continue
+        namespace = binding["metadata"].get("namespace")
+        ref = binding["roleRef"]
+        role_namespace = namespace if ref["kind"] == "Role" else None
+        rules = by_ref[(ref["kind"], ref["name"], role_namespace)]
+        out |= expand(rules, namespace or CLUSTER)
+    return out
+
+
+def test_no_rule_has_a_wildcard(objects) -> None:
+    for key, rules in roles(objects).items():
+        for rule in rules:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+                assert not any("*" in item for item in rule.get(field, [])), (key, rule)
+
+
+def test_the_process_gets_exactly_what_it_calls(objects) -> None:
+    got = granted_to(objects, SA)
+    assert got - PROCESS == set(), "granted but not needed"
+    assert PROCESS - got == set(), "needed but not granted"
+
+
+def test_escalate_and_bind_only_on_roles_and_clusterroles(objects) -> None:
+    risky = {(g, r) for (_, g, r, v, _) in granted_to(objects, SA) if v in ("escalate", "bind", "impersonate")}
+    assert risky == {(RBAC, "roles"), (RBAC, "clusterroles")}
+
+
+def test_the_cluster_uuid_is_the_only_thing_read_in_kube_system(objects) -> None:
+    assert {t for t in granted_to(objects, SA) if t[0] == "kube-system"} == {
+        ("kube-system", "", "configmaps", "get", "d8-cluster-uuid")
+    }
+
+
+def test_the_expansion_sees_a_missing_permission(objects) -> None:
+    """The comparison above must notice a dropped rule: remove the lease rule and it is gone from the grant."""
+    trimmed = [
+        {**o, "rules": [r for r in o["rules"] if "leases" not in r.get("resources", [])]} if o["kind"] == "Role"
+        else o
+        for o in objects
+    ]
+    assert PROCESS - granted_to(trimmed, SA) == grants("d8-peering", ["coordination.k8s.io"], ["leases"], ALL)
+
+
+def user_role(objects: list[dict], name: str) -> set[tuple]:
+    return expand(roles(objects)[("ClusterRole", f"d8:peering:{name}", None)], CLUSTER)
+
+
+def test_user_roles_nest_and_only_admin_sees_connection_strings(objects) -> None:
+    viewer, editor, admin = (user_role(objects, n) for n in ("viewer", "editor", "admin"))
+    assert viewer < editor < admin
+    for role in (viewer, editor, admin):
+        assert {g for (_, g, _, _, _) in role} == {PEERING}
+    assert {t for t in admin if t[2] == "clusterpeers/sensitive"} == grants(
+        CLUSTER, [PEERING], ["clusterpeers/sensitive"], (*READ, "create", "update", "patch"))
+    assert not {t for t in editor | viewer if t[2].endswith("/sensitive")}
+    assert viewer == grants(CLUSTER, [PEERING], ["clusterpeers", "peeringcapabilities", "projectpeers"], READ)
+    assert editor - viewer == grants(CLUSTER, [PEERING], ["clusterpeers"], ("create", "update", "patch", "delete"))
+    # ProjectPeers are the module's to write; nobody edits them by hand.
+    assert not {t for t in admin if t[2] == "projectpeers" and t[3] not in READ}
