@@ -1,0 +1,100 @@
+"""The gateway's settings: one object, built once by the process from flags and environment, passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Limits:
+    """Bounds on what one client may make the gateway hold; every refusal is answered as a Kubernetes Status."""
+
+    max_header_bytes: int = 32 * 1024
+    """Longest request line or single header line, in bytes; longer gives 431. Above max_token_bytes, so that
+    an oversized token gets its own reason."""
+    max_headers: int = 100
+    """Most header lines in one request; more gives 431."""
+    max_body_bytes: int = 3 * 1024 * 1024
+    """Largest request body proxied to an API server (kube-apiserver's own limit is 3 MiB); larger gives 413."""
+    max_peer_call_bytes: int = 256 * 1024
+    """Largest JSON body of a /peering/v1/ call."""
+    max_join_bytes: int = 64 * 1024
+    """Largest JSON body of a POST /v1/join."""
+    max_token_bytes: int = 16 * 1024
+    """Largest bearer token; a longer one is refused before it is parsed."""
+    max_connections: int = 10000
+    """Open TLS connections per listener and worker; beyond it new connections are closed at once."""
+    max_connections_per_peer: int = 2000
+    """Open entrance connections of one peer (by certificate fingerprint) per worker."""
+    handshake_timeout: float = 10.0
+    """Seconds a client has to complete the TLS handshake."""
+    idle_timeout: float = 330.0
+    """Seconds a connection may stay silent, between requests or inside a stream (a watch). Longer than
+    kube-apiserver's bookmark interval (about a minute) so that a quiet watch is never cut."""
+    token_skew: float = 30.0
+    """Seconds of clock skew tolerated on exp and nbf of a peer's token."""
+    upstream_connect_timeout: float = 10.0
+    """Seconds to connect to kube-apiserver, Dex or a peer's entrance."""
+    exchange_timeout: float = 10.0
+    """Seconds one Dex token exchange may take before the request is answered 503."""
+    exchange_refresh_margin: float = 30.0
+    """An exchanged token is used until this many seconds before it expires, then exchanged again."""
+    token_review_ttl: float = 60.0
+    """Longest time an egress TokenReview result is reused (never past the token's own expiry)."""
+    upstream_pool_size: int = 256
+    """Pooled connections per upstream (kube-apiserver, each peer's entrance)."""
+    join_failures_per_minute: int = 10
+    """Refused join attempts one client address may make per minute before it gets 429."""
+
+
+@dataclass
+class GatewayConfig:
+    """Everything the gateway needs; ports 0 let the OS choose, and the bound ports are on the Gateway."""
+
+    public_domain_template: str = "%s.example.com"
+    """global.modules.publicDomainTemplate; the entrance is peering-gateway.<domain>."""
+    api_server: str = "https://kubernetes.default.svc"
+    """kube-apiserver URL that entrance requests and TokenReviews go to."""
+    api_ca_pem: bytes | None = None
+    """CA bundle of kube-apiserver; None trusts the system store."""
+    api_token: Callable[[], str] = field(default=lambda: "")
+    """The process's own ServiceAccount token (for TokenReview), read anew on every use since it rotates."""
+    dex_url: str = "https://dex.example.com"
+    """Dex's issuer URL; the token endpoint is <dex_url>/token."""
+    dex_ca_pem: bytes | None = None
+    """CA bundle of Dex; None trusts the system store."""
+    dex_client_id: str = ""
+    """Dex client allowed to exchange tokens (Secret dex-client, key clientID)."""
+    dex_client_secret: Callable[[], str] = field(default=lambda: "")
+    """Its secret, read on every exchange so that a rotated Secret is picked up."""
+    dex_audience: str = "kubernetes"
+    """Audience of the exchanged ID token: the OIDC client id kube-apiserver accepts."""
+    resolve: dict[str, str] = field(default_factory=dict)
+    """Host name overrides {"host": "ip:port"} for every outgoing connection (the lab's names)."""
+    limits: Limits = field(default_factory=Limits)
+    """Sizes, counts and timeouts."""
+    workers: int = 1
+    """Processes serving the entrance and egress; 0 means one per core."""
+    entrance_host: str = "127.0.0.1"
+    """Address of the mTLS entrance listener."""
+    entrance_port: int = 0
+    join_host: str = "127.0.0.1"
+    """Address of the plain-HTTP join listener (TLS is terminated by the Ingress in front of it)."""
+    join_port: int = 0
+    egress_host: str = "127.0.0.1"
+    """Address of the in-cluster egress listener (TLS from the peering CA)."""
+    egress_port: int = 0
+    ops_host: str = "127.0.0.1"
+    """Address of the plain-HTTP ops listener: /healthz, /readyz, /metrics."""
+    ops_port: int = 0
+    access_log: bool = True
+    """One JSON line per request on the gateway.access logger (never a token, a path's query or an address)."""
+
+    @property
+    def entrance_host_name(self) -> str:
+        return self.public_domain_template.replace("%s", "peering-gateway")
+
+    @property
+    def token_endpoint(self) -> str:
+        return self.dex_url.rstrip("/") + "/token"

@@ -1,0 +1,161 @@
+"""RFC 8693 token exchange at Dex (DESIGN.md 7, step 3): cached by token hash, one call per token at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from urllib.parse import quote
+from typing import Awaitable, Callable
+
+import aiohttp
+
+from gateway.status import Refusal
+
+GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
+ID_TOKEN = "urn:ietf:params:oauth:token-type:id_token"
+
+
+def exchange_form(connector_id: str, subject_token: str, audience: str) -> dict[str, str]:
+    """The form Deckhouse's Dex expects for exchanging a peer's ServiceAccount token."""
+    return {"grant_type": GRANT, "connector_id": connector_id, "subject_token": subject_token,
+            "subject_token_type": ID_TOKEN, "requested_token_type": ID_TOKEN, "audience": audience,
+            "scope": "openid"}
+
+
+def basic_auth(client_id: str, secret: str) -> str:
+    pair = f"{quote(client_id, safe='')}:{quote(secret, safe='')}".encode()
+    return "Basic " + base64.b64encode(pair).decode()
+
+
+class ExchangeCache:
+    """Exchanged tokens by (connector, sha256 of the subject token); concurrent misses share one Dex call.
+
+    `call` does the HTTP exchange and returns (token, expires_in seconds). Failures are not cached: the next
+    request tries again, so Dex coming back needs no restart.
+    """
+
+    def __init__(self, call: Callable[[str, str], Awaitable[tuple[str, float]]], *, margin: float,
+                 max_entries: int = 100_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self._call = call
+        self._margin = margin
+        self._max = max_entries
+        self._clock = clock
+        self._done: dict[tuple[str, bytes], tuple[str, float]] = {}
+        self._pending: dict[tuple[str, bytes], asyncio.Future] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self.calls = 0
+        self.hits = 0
+
+    def cached(self, connector_id: str, token_hash: bytes) -> str | None:
+        entry = self._done.get((connector_id, token_hash))
+        if entry is not None:
+            if entry[1] > self._clock():
+                self.hits += 1
+                return entry[0]
+            del self._done[(connector_id, token_hash)]
+        return None
+
+    async def get(self, connector_id: str, token_hash: bytes, token: str, *, not_after: float) -> str:
+        """The exchanged token; `not_after` (monotonic) caps the cache at the subject token's own expiry."""
+        hit = self.cached(connector_id, token_hash)
+        if hit is not None:
+            return hit
+        key = (connector_id, token_hash)
+        fut = self._pending.get(key)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._pending[key] = fut
+            # The Dex call runs in its own task so that one waiter going away does not cancel it for the others.
+            task = asyncio.get_running_loop().create_task(self._fill(key, token, not_after, fut))
+            self._tasks.add(task)
+            task.add_done_callback(self._finished)
+        else:
+            self.hits += 1
+        return await asyncio.shield(fut)
+
+    async def _fill(self, key: tuple[str, bytes], token: str, not_after: float, fut: asyncio.Future) -> None:
+        try:
+            self.calls += 1
+            exchanged, expires_in = await self._call(key[0], token)
+            until = min(self._clock() + expires_in - self._margin, not_after)
+            if until > self._clock():
+                if len(self._done) >= self._max:
+                    self._evict()
+                self._done[key] = (exchanged, until)
+            fut.set_result(exchanged)
+        except BaseException as exc:  # handed to every waiter, then re-raised only if it is a cancellation
+            if not fut.done():
+                fut.set_exception(exc if isinstance(exc, Exception) else Refusal(
+                    503, "TokenExchangeUnavailable", "the token exchange was interrupted; retry"))
+                fut.exception()  # mark retrieved: waiters may all be gone
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._pending.pop(key, None)
+
+    def _evict(self) -> None:
+        now = self._clock()
+        for k in [k for k, (_, until) in self._done.items() if until <= now]:
+            del self._done[k]
+        while len(self._done) >= self._max:
+            self._done.pop(next(iter(self._done)))
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class DexClient:
+    """The HTTP side of the exchange, on one pooled session to Dex. Client credentials go in HTTP Basic,
+    form-urlencoded first as RFC 6749 2.3.1 asks (Dex decodes them so)."""
+
+    def __init__(self, session: aiohttp.ClientSession, token_endpoint: str, client_id: str,
+                 client_secret: Callable[[], str], audience: str, timeout: float,
+                 observe: Callable[[float, str], None] | None = None) -> None:
+        self._session = session
+        self._url = token_endpoint
+        self._client_id = client_id
+        self._secret = client_secret
+        self._audience = audience
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._observe = observe
+
+    async def __call__(self, connector_id: str, token: str) -> tuple[str, float]:
+        start = time.perf_counter()
+        outcome = "error"
+        try:
+            async with self._session.post(
+                    self._url, data=exchange_form(connector_id, token, self._audience),
+                    headers={"Authorization": basic_auth(self._client_id, self._secret())},
+                    timeout=self._timeout) as resp:
+                if resp.status >= 500:
+                    raise Refusal(503, "TokenExchangeUnavailable",
+                                  f"Dex answered {resp.status} to the token exchange; it is retried on the next request")
+                try:
+                    body = await resp.json(content_type=None)
+                except ValueError:
+                    body = None
+                if resp.status != 200 or not isinstance(body, dict) or not isinstance(body.get("access_token"), str):
+                    error = body.get("error") if isinstance(body, dict) else None
+                    outcome = "refused"
+                    raise Refusal(401, "TokenExchangeRefused",
+                                  f"Dex refused to exchange the token ({resp.status} {str(error)[:64]}); check the "
+                                  "TokenExchangeReady condition of the ClusterPeer")
+                expires_in = body.get("expires_in")
+                outcome = "ok"
+                return body["access_token"], float(expires_in) if isinstance(expires_in, (int, float)) else 300.0
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise Refusal(503, "TokenExchangeUnavailable",
+                          f"Dex cannot be reached for the token exchange ({type(exc).__name__}); "
+                          "it is retried on the next request") from None
+        finally:
+            if self._observe is not None:
+                self._observe(time.perf_counter() - start, outcome)

@@ -1,0 +1,84 @@
+"""The HTTP edge shared by all listeners: aiohttp's low-level server with parse errors answered as Status."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+from aiohttp import web, web_protocol, web_server
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+
+from gateway.status import status_body
+
+log = logging.getLogger("gateway")
+
+JSON = "application/json"
+
+
+def status_response(code: int, cause: str, message: str, *, close: bool = False) -> web.Response:
+    resp = web.Response(status=code, body=status_body(code, cause, message), content_type=JSON)
+    if close:
+        resp.force_close()
+    return resp
+
+
+def parse_error_status(status: int, exc: BaseException | None) -> tuple[int, str, str]:
+    """Code, cause and message for a request the HTTP parser refused."""
+    text = str(exc) if exc is not None else ""
+    if isinstance(exc, LineTooLong) or "too many headers" in text.lower() or "header value is too long" in text.lower():
+        return 431, "RequestHeaderFieldsTooLarge", ("the request line or headers are too large or too many; send "
+                                                    "fewer or shorter headers")
+    lowered = text.lower()
+    if "transfer-encoding" in lowered and "content-length" in lowered:
+        return 400, "AmbiguousBodyLength", ("the request has both Content-Length and Transfer-Encoding; "
+                                            "send exactly one of them")
+    if isinstance(exc, BadHttpMessage):
+        return 400, "MalformedRequest", "the request is not valid HTTP/1.1: " + text[:200]
+    if status == 500:
+        return 500, "InternalError", "the gateway failed to answer this request; it is logged"
+    return status, "MalformedRequest", "the request is not valid HTTP/1.1"
+
+
+class HTTPProtocol(web_protocol.RequestHandler):
+    """One HTTP/1.1 connection. `peering_fp` is the client certificate fingerprint on the entrance."""
+
+    peering_fp: str | None = None
+    _peering_listener: Any = None
+    _peering_on_lost: Callable[["HTTPProtocol"], None] | None = None
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response had started when the request failed; the connection is closed")
+        code, cause, text = parse_error_status(status, exc)
+        if code == 500 and exc is not None:
+            # The traceback names code, not request data; the request's headers (tokens) are never logged.
+            log.error("request failed inside the gateway: %s", type(exc).__name__, exc_info=exc)
+        return status_response(code, cause, text, close=True)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        listener, self._peering_listener = self._peering_listener, None
+        if listener is not None:
+            listener.closed()
+        on_lost, self._peering_on_lost = self._peering_on_lost, None
+        if on_lost is not None:
+            on_lost(self)
+        super().connection_lost(exc)
+
+
+class HTTPServer(web_server.Server):
+    """aiohttp's low-level server (no router, no middlewares) making HTTPProtocol connections."""
+
+    def __init__(self, handler: Callable, **kwargs: Any) -> None:
+        super().__init__(handler, handler_cancellation=True, access_log=None, **kwargs)
+
+    def __call__(self) -> HTTPProtocol:
+        return HTTPProtocol(self, loop=self._loop, **self._kwargs)
+
+
+async def close_connections(server: HTTPServer, timeout: float = 1.0) -> None:
+    for conn in server.connections:
+        if conn.transport is not None:
+            conn.transport.abort()
+    await asyncio.sleep(0)

@@ -1,0 +1,570 @@
+"""The gateway process edge: four listeners, the registry swap, certificate reloads, and the request paths.
+
+The rules live in headers.py, tokens.py and exchange.py; this file only moves requests and bytes between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import socket
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from yarl import URL
+
+from gateway.config import GatewayConfig
+from gateway.exchange import DexClient, ExchangeCache
+from gateway.headers import bearer, refuse_request, response_headers, upstream_headers
+from gateway.http import JSON, HTTPProtocol, HTTPServer, status_response
+from gateway.metrics import Metrics
+from gateway.protocol import PEER_OPS, ControlHandlers, JoinCall, PeerCall, ProtocolError
+from gateway.registry import Peer, Registry
+from gateway.resolve import OverrideResolver
+from gateway.status import Refusal
+from gateway.tls import TLSAcceptor, client_context, peer_fingerprint, server_context
+from gateway.tokens import SA_PREFIX, KeySets, VerifiedToken, audience, unverified_expiry, verify_peer_token
+
+access_log = logging.getLogger("gateway.access")
+log = logging.getLogger("gateway")
+
+_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class _Certificates:
+    entrance: ssl.SSLContext
+    egress: ssl.SSLContext
+
+
+class Gateway:
+    """The data plane. Build it with a config and the control loop's handlers, `await start()`, then feed it
+    registries with `publish` and certificates with `reload_certificates`."""
+
+    def __init__(self, config: GatewayConfig, handlers: ControlHandlers) -> None:
+        self.config = config
+        self.handlers = handlers
+        self.metrics = Metrics()
+        self.entrance_port = 0
+        self.join_port = 0
+        self.egress_port = 0
+        self.ops_port = 0
+        self._registry = Registry.empty()
+        self._certs: _Certificates | None = None
+        self._verified: dict[bytes, VerifiedToken] = {}
+        self._keysets = KeySets()
+        self._by_fp: dict[str | None, set[HTTPProtocol]] = {}
+        self._servers: list[asyncio.AbstractServer] = []
+        self._http: list[HTTPServer] = []
+        self._acceptors: list[TLSAcceptor] = []
+        self._api_session: aiohttp.ClientSession | None = None
+        self._dex_session: aiohttp.ClientSession | None = None
+        self._peer_sessions: dict[str, tuple[bytes, aiohttp.ClientSession]] = {}
+        self._retired_sessions: list[aiohttp.ClientSession] = []
+        self._resolver: OverrideResolver | None = None
+        self._exchange: ExchangeCache | None = None
+        self._reviews: ExchangeCache | None = None
+        self._join_failures: dict[str, list[float]] = {}
+        self._started = False
+        limits = config.limits
+        self._api_base = config.api_server.rstrip("/")
+        self._stream_timeout = aiohttp.ClientTimeout(total=None, connect=limits.upstream_connect_timeout,
+                                                     sock_read=limits.idle_timeout)
+
+    # ----- lifecycle ---------------------------------------------------------------------------------------
+    async def start(self, sockets: dict[str, socket.socket] | None = None) -> None:
+        """Bind all listeners (or serve the given pre-bound sockets, as a worker does) and open the sessions."""
+        cfg, limits = self.config, self.config.limits
+        loop = asyncio.get_running_loop()
+        self._resolver = OverrideResolver(cfg.resolve)
+        self._api_session = self._session(client_context(cfg.api_ca_pem), limits.upstream_pool_size)
+        self._dex_session = self._session(client_context(cfg.dex_ca_pem), 64, skip=("User-Agent",))
+        dex = DexClient(self._dex_session, cfg.token_endpoint, cfg.dex_client_id, cfg.dex_client_secret,
+                        cfg.dex_audience, limits.exchange_timeout, self._observe_dex)
+        self._exchange = ExchangeCache(dex, margin=limits.exchange_refresh_margin)
+        self._reviews = ExchangeCache(self._token_review, margin=0)
+        http_kwargs = dict(max_line_size=limits.max_header_bytes, max_field_size=limits.max_header_bytes,
+                           max_headers=limits.max_headers, keepalive_timeout=limits.idle_timeout,
+                           auto_decompress=False, read_bufsize=_CHUNK)
+        entrance_http = HTTPServer(self._entrance, **http_kwargs)
+        egress_http = HTTPServer(self._egress, **http_kwargs)
+        join_http = HTTPServer(self._join, **http_kwargs)
+        ops_http = HTTPServer(self._ops, **http_kwargs)
+        self._http = [entrance_http, egress_http, join_http, ops_http]
+        entrance = TLSAcceptor(name="entrance", context=lambda: self._certs and self._certs.entrance,
+                               make_protocol=entrance_http, admit=self._admit_entrance,
+                               count_failure=lambda reason: self.metrics.handshake_failures.labels("entrance", reason).inc(),
+                               handshake_timeout=limits.handshake_timeout, max_connections=limits.max_connections,
+                               on_connect=self._track)
+        egress = TLSAcceptor(name="egress", context=lambda: self._certs and self._certs.egress,
+                             make_protocol=egress_http, admit=lambda transport: True,
+                             count_failure=lambda reason: self.metrics.handshake_failures.labels("egress", reason).inc(),
+                             handshake_timeout=limits.handshake_timeout, max_connections=limits.max_connections)
+        self._acceptors = [entrance, egress]
+        sockets = sockets or {}
+        plan = [("entrance", entrance, cfg.entrance_host, cfg.entrance_port),
+                ("egress", egress, cfg.egress_host, cfg.egress_port),
+                ("join", join_http, cfg.join_host, cfg.join_port),
+                ("ops", ops_http, cfg.ops_host, cfg.ops_port)]
+        self._started = True
+        try:
+            for name, factory, host, port in plan:
+                if sockets:
+                    if name not in sockets:
+                        continue
+                    server = await loop.create_server(factory, sock=sockets[name], backlog=4096)
+                else:
+                    server = await loop.create_server(factory, host, port, backlog=4096, reuse_address=True)
+                self._servers.append(server)
+                setattr(self, f"{name}_port", server.sockets[0].getsockname()[1])
+        except BaseException:
+            await self.stop()
+            raise
+
+    def _session(self, ctx: ssl.SSLContext, limit: int,
+                 skip: tuple[str, ...] = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+                 ) -> aiohttp.ClientSession:
+        # Proxied requests carry exactly the client's headers: aiohttp adds none of its own.
+        connector = aiohttp.TCPConnector(ssl=ctx, limit=0, limit_per_host=limit, resolver=self._resolver,
+                                         keepalive_timeout=self.config.limits.idle_timeout, ttl_dns_cache=None,
+                                         enable_cleanup_closed=False)
+        return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+                                     skip_auto_headers=skip,
+                                     timeout=self._stream_timeout)
+
+    async def stop(self) -> None:
+        """Close the listeners, every connection and every upstream session."""
+        for server in self._servers:
+            server.close()
+        for acceptor in self._acceptors:
+            await acceptor.close()
+        for http in self._http:
+            for conn in http.connections:
+                if conn.transport is not None:
+                    conn.transport.abort()
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
+        for cache in (self._exchange, self._reviews):
+            if cache is not None:
+                await cache.close()
+        sessions = [self._api_session, self._dex_session, *(s for _, s in self._peer_sessions.values()),
+                    *self._retired_sessions]
+        for session in sessions:
+            if session is not None:
+                await session.close()
+        self._peer_sessions.clear()
+        self._retired_sessions.clear()
+        if self._resolver is not None:
+            await self._resolver.close()
+        # Let handler tasks that the aborts above cancelled run to their end.
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    # ----- inputs from the control loop ----------------------------------------------------------------------
+    def publish(self, registry: Registry) -> None:
+        """Swap the registry; connections of peers that left it are closed now."""
+        old, self._registry = self._registry, registry
+        if old.generation != registry.generation or old is not registry:
+            self._verified = {}
+        for fp in [fp for fp in self._by_fp if fp not in registry.by_fingerprint]:
+            for conn in list(self._by_fp.get(fp, ())):
+                if conn.transport is not None:
+                    self.metrics.revoked.inc()
+                    conn.transport.abort()
+
+    def reload_certificates(self, *, entrance_cert_pem: bytes, entrance_key_pem: bytes, ca_pem: bytes,
+                            egress_cert_pem: bytes, egress_key_pem: bytes) -> None:
+        """Serve new handshakes with these certificates; open connections keep theirs. Raises ValueError with
+        what is wrong when they do not load, and keeps the previous ones then."""
+        self._certs = _Certificates(
+            entrance=server_context(entrance_cert_pem, entrance_key_pem, ca_pem),
+            egress=server_context(egress_cert_pem, egress_key_pem, None))
+
+    @property
+    def registry(self) -> Registry:
+        return self._registry
+
+    def readiness(self) -> tuple[bool, str]:
+        if self._certs is None:
+            return False, "the entrance and egress certificates are not loaded yet"
+        if not self._registry.loaded:
+            return False, "no peer registry has been published yet"
+        return True, "ok"
+
+    # ----- entrance ------------------------------------------------------------------------------------------
+    def _admit_entrance(self, transport: asyncio.BaseTransport) -> bool:
+        fp = peer_fingerprint(transport)
+        conns = self._by_fp.get(fp)
+        if conns is not None and len(conns) >= self.config.limits.max_connections_per_peer:
+            self.metrics.handshake_failures.labels("entrance", "peer_connection_limit").inc()
+            return False
+        return True
+
+    def _track(self, proto: HTTPProtocol) -> None:
+        if proto.peering_fp is None and proto._peering_on_lost is None:
+            proto.peering_fp = peer_fingerprint(proto.transport) if proto.transport is not None else None
+            self._by_fp.setdefault(proto.peering_fp, set()).add(proto)
+            proto._peering_on_lost = self._untrack
+
+    def _untrack(self, proto: HTTPProtocol) -> None:
+        conns = self._by_fp.get(proto.peering_fp)
+        if conns is not None:
+            conns.discard(proto)
+            if not conns:
+                del self._by_fp[proto.peering_fp]
+
+    async def _entrance(self, request: web.BaseRequest) -> web.StreamResponse:
+        start = time.perf_counter()
+        proto: HTTPProtocol = request.protocol  # type: ignore[assignment]
+        registry = self._registry
+        peer = registry.by_fingerprint.get(proto.peering_fp)  # type: ignore[arg-type]
+        peer_name = peer.name if peer is not None else "-"
+        caps = "-"
+        code = 500
+        metrics = self.metrics
+        metrics.in_flight.labels("entrance").inc()
+        try:
+            if peer is None:
+                raise Refusal(403, "PeerUnknown", "this client certificate belongs to no live peering of this "
+                              "cluster; if the ClusterPeer was deleted, create the peering again")
+            path = request.raw_path
+            if path.startswith("/peering/v1/"):
+                resp = await self._peer_call(request, peer, path)
+                code = resp.status
+                return resp
+            refuse_request(request.headers.items())
+            token = bearer(request.headers.get("Authorization"), self.config.limits.max_token_bytes)
+            token_hash = hashlib.sha256(token.encode()).digest()
+            verified = self._verified.get(token_hash)
+            now = time.time()
+            if verified is None or verified.peer != peer.name:
+                verified = verify_peer_token(token, peer, registry, self._keysets, now=now,
+                                             skew=self.config.limits.token_skew,
+                                             max_bytes=self.config.limits.max_token_bytes)
+                if len(self._verified) > 100_000:
+                    self._verified.clear()
+                self._verified[token_hash] = verified
+            elif verified.expires + self.config.limits.token_skew <= now:
+                self._verified.pop(token_hash, None)
+                raise Refusal(401, "TokenExpired", "the token has expired; read the projected token file again")
+            caps = ",".join(sorted(verified.capabilities))
+            assert self._exchange is not None
+            exchanged = self._exchange.cached(peer.connector_id, token_hash)
+            if exchanged is None:
+                not_after = time.monotonic() + (verified.expires - now)
+                exchanged = await self._exchange.get(peer.connector_id, token_hash, token, not_after=not_after)
+            else:
+                metrics.exchange_hits.inc()
+            resp = await self._proxy(request, "entrance", peer_name, self._api_session, self._api_base + path,
+                                     "Bearer " + exchanged)
+            code = resp.status
+            return resp
+        except Refusal as refusal:
+            code = refusal.code
+            return status_response(refusal.code, refusal.cause, refusal.message, close=refusal.cause == "PeerUnknown")
+        finally:
+            metrics.in_flight.labels("entrance").dec()
+            self._finish("entrance", peer_name, caps, request, code, start)
+
+    async def _peer_call(self, request: web.BaseRequest, peer: Peer, path: str) -> web.StreamResponse:
+        op = path[len("/peering/v1/"):].split("?", 1)[0]
+        method = PEER_OPS.get(op)
+        if method is None:
+            raise Refusal(404, "UnknownOperation", f"/peering/v1/{op[:40]} is not a peering operation; this gateway "
+                          f"serves {', '.join(sorted(PEER_OPS))}")
+        if request.method != method:
+            raise Refusal(405, "MethodNotAllowed", f"/peering/v1/{op} takes {method}")
+        body = None
+        if method == "POST":
+            body = await _read_json(request, self.config.limits.max_peer_call_bytes)
+        try:
+            answer = await self.handlers.peer_call(PeerCall(peer=peer, op=op, body=body))
+        except ProtocolError as err:
+            return status_response(err.code, err.reason, err.message)
+        return web.Response(body=json.dumps(answer).encode(), content_type=JSON)
+
+    # ----- egress --------------------------------------------------------------------------------------------
+    async def _egress(self, request: web.BaseRequest) -> web.StreamResponse:
+        start = time.perf_counter()
+        peer_name, caps, code = "-", "-", 500
+        self.metrics.in_flight.labels("egress").inc()
+        try:
+            path = request.raw_path
+            if not path.startswith("/peers/"):
+                raise Refusal(404, "NotFound", "the egress serves /peers/<clusterpeer>/<Kubernetes API path>")
+            name, _, rest = path[len("/peers/"):].partition("/")
+            registry = self._registry
+            peer = registry.peers.get(name)
+            if peer is None:
+                raise Refusal(404, "PeerNotFound", f"no live ClusterPeer named {name[:63]!r}; check "
+                              "`kubectl get clusterpeers` and status.access.endpoint")
+            peer_name = peer.name
+            if not peer.entrance or not peer.peer_ca_pem or not peer.client_cert_pem or not peer.client_key_pem:
+                raise Refusal(503, "PeerNotConnected", f"the peering {peer.name} has no credentials toward the "
+                              "peer yet; wait until its phase is Active")
+            refuse_request(request.headers.items())
+            token = bearer(request.headers.get("Authorization"), self.config.limits.max_token_bytes)
+            allowed = await self._review(token, peer, registry)
+            caps = ",".join(sorted(allowed))
+            session = self._peer_session(peer)
+            resp = await self._proxy(request, "egress", peer_name, session, f"https://{peer.entrance}/{rest}",
+                                     "Bearer " + token)
+            code = resp.status
+            return resp
+        except Refusal as refusal:
+            code = refusal.code
+            return status_response(refusal.code, refusal.cause, refusal.message)
+        finally:
+            self.metrics.in_flight.labels("egress").dec()
+            self._finish("egress", peer_name, caps, request, code, start)
+
+    async def _review(self, token: str, peer: Peer, registry: Registry) -> frozenset[str]:
+        if not peer.effective:
+            raise Refusal(403, "NoEffectiveCapability", f"no capability is effective for peering {peer.name}; "
+                          "open one in spec.capabilities on both clusters")
+        assert self._reviews is not None
+        token_hash = hashlib.sha256(token.encode()).digest()
+        key = f"{peer.name}/{registry.generation}"
+        exp = unverified_expiry(token)
+        not_after = time.monotonic() + min(self.config.limits.token_review_ttl,
+                                           (exp - time.time()) if exp else self.config.limits.token_review_ttl)
+        cached = self._reviews.cached(key, token_hash)
+        result = cached if cached is not None else await self._reviews.get(key, token_hash, token,
+                                                                            not_after=not_after)
+        return frozenset(result.split(",")) if result else frozenset()
+
+    async def _token_review(self, key: str, token: str) -> tuple[str, float]:
+        """TokenReview of a local consumer's token for the audiences of the peer's effective capabilities."""
+        registry = self._registry
+        peer = registry.peers.get(key.rsplit("/", 1)[0])
+        if peer is None:
+            raise Refusal(404, "PeerNotFound", "the peering was removed while the request was checked")
+        wanted = {audience(peer.uuid, c): c for c in sorted(peer.effective)}
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                  "spec": {"token": token, "audiences": list(wanted)}}
+        assert self._api_session is not None
+        try:
+            async with self._api_session.post(
+                    URL(self._api_base + "/apis/authentication.k8s.io/v1/tokenreviews", encoded=True),
+                    data=json.dumps(review).encode(),
+                    headers={"Authorization": "Bearer " + self.config.api_token(), "Content-Type": JSON,
+                             "Accept": JSON},
+                    timeout=aiohttp.ClientTimeout(total=self.config.limits.exchange_timeout)) as resp:
+                body = await resp.json(content_type=None) if resp.status in (200, 201) else None
+                status = resp.status
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+            self.metrics.upstream_errors.labels("egress", "token_review").inc()
+            raise Refusal(503, "TokenReviewUnavailable", f"the API server cannot review the token now "
+                          f"({type(exc).__name__}); retry") from None
+        if not isinstance(body, dict):
+            raise Refusal(503, "TokenReviewUnavailable", f"the API server answered {status} to the TokenReview; "
+                          "check the gateway's RBAC for tokenreviews")
+        result = body.get("status") or {}
+        if not result.get("authenticated"):
+            raise Refusal(401, "TokenInvalid", "the token is not valid for this peering; request a projected "
+                          "ServiceAccount token with one of the audiences in status.access.audiences")
+        username = (result.get("user") or {}).get("username") or ""
+        ns, _, name = username[len(SA_PREFIX):].partition(":") if username.startswith(SA_PREFIX) else ("", "", "")
+        granted = [wanted[a] for a in result.get("audiences") or list(wanted) if a in wanted]
+        allowed = sorted(c for c in granted if (cap := registry.capabilities.get(c)) is not None and cap.accepted
+                         and (ns, name) in cap.consumers)
+        if not allowed:
+            raise Refusal(403, "NotAConsumer", f"{username or 'the caller'} is not a consumer of a capability "
+                          f"effective for peering {peer.name}; add it to spec.consumers of the PeeringCapability")
+        return ",".join(allowed), self.config.limits.token_review_ttl
+
+    def _peer_session(self, peer: Peer) -> aiohttp.ClientSession:
+        ident = hashlib.sha256(b"\0".join([peer.peer_ca_pem or b"", peer.client_cert_pem or b"",
+                                           peer.client_key_pem or b""])).digest()
+        entry = self._peer_sessions.get(peer.name)
+        if entry is not None and entry[0] == ident:
+            return entry[1]
+        try:
+            ctx = client_context(peer.peer_ca_pem, peer.client_cert_pem, peer.client_key_pem)
+        except (ValueError, ssl.SSLError):
+            raise Refusal(503, "PeerCredentialsInvalid", f"the credentials of peering {peer.name} do not load; "
+                          f"check the Secret peer-{peer.name}") from None
+        session = self._session(ctx, self.config.limits.upstream_pool_size)
+        if entry is not None:
+            # In-flight requests (watches) keep the old session until the gateway stops.
+            self._retired_sessions.append(entry[1])
+        self._peer_sessions[peer.name] = (ident, session)
+        return session
+
+    # ----- the proxy -----------------------------------------------------------------------------------------
+    async def _proxy(self, request: web.BaseRequest, listener: str, peer: str, session: aiohttp.ClientSession | None,
+                     url: str, authorization: str) -> web.StreamResponse:
+        assert session is not None
+        limits = self.config.limits
+        headers = upstream_headers(request.headers.items(), authorization)
+        length = request.content_length
+        data = None
+        if length is not None and length > limits.max_body_bytes:
+            raise Refusal(413, "RequestEntityTooLarge", f"the request body is larger than {limits.max_body_bytes} "
+                          "bytes")
+        if request.body_exists:
+            data = _bounded_body(request, limits.max_body_bytes)
+            if length is not None:
+                headers.append(("Content-Length", str(length)))
+        is_watch = _is_watch(request.query_string)
+        try:
+            upstream_cm = session.request(request.method, URL(url, encoded=True), headers=headers, data=data,
+                                          allow_redirects=False, compress=False, chunked=None if length is not None
+                                          or data is None else True)
+            upstream = await upstream_cm.__aenter__()
+        except _BodyTooLarge:
+            raise Refusal(413, "RequestEntityTooLarge", f"the request body is larger than {limits.max_body_bytes} "
+                          "bytes") from None
+        except aiohttp.ClientConnectorError as exc:
+            self.metrics.upstream_errors.labels(listener, "connect").inc()
+            raise Refusal(503, "UpstreamUnavailable", f"the upstream API server cannot be reached "
+                          f"({exc.os_error.__class__.__name__}); retry later") from None
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            self.metrics.upstream_errors.labels(listener, "request").inc()
+            raise Refusal(502, "UpstreamFailed", f"the upstream API server failed the request "
+                          f"({type(exc).__name__}); retry") from None
+        try:
+            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for name, value in response_headers(upstream.headers.items()):
+                resp.headers.add(name, value)
+            if upstream.content_length is not None and "Content-Length" in upstream.headers:
+                resp.content_length = upstream.content_length
+            await resp.prepare(request)
+            if is_watch:
+                self.metrics.watches.labels(listener, peer).inc()
+            try:
+                content = upstream.content
+                while True:
+                    chunk = await content.readany()
+                    if not chunk:
+                        break
+                    await resp.write(chunk)
+                await resp.write_eof()
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                # Headers are out: the only honest signal left is to cut the client's connection.
+                self.metrics.upstream_errors.labels(listener, "stream").inc()
+                if request.transport is not None:
+                    request.transport.abort()
+                log.info("upstream stream of %s ended early: %s", listener, type(exc).__name__)
+            finally:
+                if is_watch:
+                    self.metrics.watches.labels(listener, peer).dec()
+            return resp
+        finally:
+            await upstream_cm.__aexit__(None, None, None)
+
+    # ----- join and ops --------------------------------------------------------------------------------------
+    async def _join(self, request: web.BaseRequest) -> web.StreamResponse:
+        start = time.perf_counter()
+        code = 500
+        remote = request.remote or "-"
+        try:
+            if request.path != "/v1/join":
+                raise Refusal(404, "NotFound", "the join listener serves POST /v1/join only")
+            if request.method != "POST":
+                raise Refusal(405, "MethodNotAllowed", "/v1/join takes POST")
+            now = time.monotonic()
+            recent = [t for t in self._join_failures.get(remote, ()) if t > now - 60]
+            if len(recent) >= self.config.limits.join_failures_per_minute:
+                raise Refusal(429, "TooManyAttempts", "too many refused join attempts from this address; wait a "
+                              "minute and check the connection string")
+            body = await _read_json(request, self.config.limits.max_join_bytes)
+            try:
+                answer = await self.handlers.join(JoinCall(body=body, remote=remote))
+            except ProtocolError as err:
+                if 400 <= err.code < 500:
+                    if len(self._join_failures) > 10_000:
+                        self._join_failures.clear()
+                    self._join_failures[remote] = [*recent, now]
+                code = err.code
+                return status_response(err.code, err.reason, err.message)
+            code = 200
+            return web.Response(body=json.dumps(answer).encode(), content_type=JSON)
+        except Refusal as refusal:
+            code = refusal.code
+            return status_response(refusal.code, refusal.cause, refusal.message)
+        finally:
+            self._finish("join", "-", "-", request, code, start)
+
+    async def _ops(self, request: web.BaseRequest) -> web.StreamResponse:
+        path = request.path
+        if path == "/healthz":
+            return web.Response(text="ok")
+        if path == "/readyz":
+            ready, why = self.readiness()
+            return web.Response(status=200 if ready else 503, text=why)
+        if path == "/metrics":
+            return web.Response(body=generate_latest(self.metrics.registry),
+                                headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return status_response(404, "NotFound", "the ops listener serves /healthz, /readyz and /metrics")
+
+    # ----- observation ---------------------------------------------------------------------------------------
+    def _observe_dex(self, seconds: float, outcome: str) -> None:
+        self.metrics.dex_latency.observe(seconds)
+        self.metrics.exchange_calls.labels(outcome).inc()
+
+    def _finish(self, listener: str, peer: str, caps: str, request: web.BaseRequest, code: int,
+                start: float) -> None:
+        elapsed = time.perf_counter() - start
+        self.metrics.requests.labels(listener, peer, caps, f"{code // 100}xx").inc()
+        self.metrics.latency.labels(listener).observe(elapsed)
+        if self.config.access_log and access_log.isEnabledFor(logging.INFO):
+            access_log.info(json.dumps({"listener": listener, "peer": peer, "capabilities": caps,
+                                        "method": request.method, "path": request.path, "code": code,
+                                        "ms": round(elapsed * 1000, 3)}, separators=(",", ":")))
+
+
+class _BodyTooLarge(aiohttp.ClientError):
+    pass
+
+
+async def _bounded_body(request: web.BaseRequest, limit: int):
+    seen = 0
+    content = request.content
+    while True:
+        chunk = await content.readany()
+        if not chunk:
+            return
+        seen += len(chunk)
+        if seen > limit:
+            raise _BodyTooLarge(f"request body over {limit} bytes")
+        yield chunk
+
+
+async def _read_json(request: web.BaseRequest, limit: int) -> dict:
+    if request.content_length is not None and request.content_length > limit:
+        raise Refusal(413, "RequestEntityTooLarge", f"the body is larger than {limit} bytes")
+    chunks, seen = [], 0
+    while True:
+        chunk = await request.content.readany()
+        if not chunk:
+            break
+        seen += len(chunk)
+        if seen > limit:
+            raise Refusal(413, "RequestEntityTooLarge", f"the body is larger than {limit} bytes")
+        chunks.append(chunk)
+    try:
+        body = json.loads(b"".join(chunks))
+    except ValueError:
+        raise Refusal(400, "MalformedBody", "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise Refusal(400, "MalformedBody", "the body is not a JSON object")
+    return body
+
+
+def _is_watch(query: str) -> bool:
+    if "watch" not in query:
+        return False
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if name == "watch" and value.lower() in ("1", "true", "t", "yes"):
+            return True
+    return False

@@ -1,0 +1,224 @@
+"""TLS of the entrance and the egress: contexts built from PEM in memory, and an acceptor that does the
+handshake itself so that failures are counted by reason and certificates are swapped for new connections only."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import ssl
+import tempfile
+from typing import Any, Callable
+
+# Modern suites only; the peering CA issues ECDSA P-256 keys, so only ECDSA suites are offered for TLS 1.2.
+TLS12_CIPHERS = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305"
+
+
+def _load_chain(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    # ssl can only load a key from a file: write it to a private directory and remove it at once.
+    with tempfile.TemporaryDirectory(prefix="peering-tls-") as tmp:
+        cert_path, key_path = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
+        for path, data in ((cert_path, cert_pem), (key_path, key_pem)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        ctx.load_cert_chain(cert_path, key_path)
+
+
+def _harden(ctx: ssl.SSLContext) -> None:
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_3
+    ctx.set_ciphers(TLS12_CIPHERS)
+    ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
+
+
+def server_context(cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes | None) -> ssl.SSLContext:
+    """A server context; with `client_ca_pem`, a client certificate issued by that CA is required."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _harden(ctx)
+    try:
+        _load_chain(ctx, cert_pem, key_pem)
+    except ssl.SSLError as exc:
+        raise ValueError(f"the server certificate and key do not load ({exc.reason}); check that the key "
+                         "belongs to the certificate and both are PEM") from None
+    if client_ca_pem is not None:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        try:
+            ctx.load_verify_locations(cadata=client_ca_pem.decode())
+        except (ssl.SSLError, UnicodeDecodeError):
+            raise ValueError("the peering CA bundle is not a PEM certificate") from None
+    return ctx
+
+
+def client_context(ca_pem: bytes | None, cert_pem: bytes | None = None, key_pem: bytes | None = None
+                   ) -> ssl.SSLContext:
+    """A client context trusting `ca_pem` only (the system store when None), with an optional client cert."""
+    ctx = ssl.create_default_context(cadata=ca_pem.decode() if ca_pem else None)
+    if ca_pem is None:
+        ctx.load_default_certs()
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert_pem and key_pem:
+        _load_chain(ctx, cert_pem, key_pem)
+    return ctx
+
+
+def handshake_failure_reason(exc: BaseException) -> str:
+    """A bounded label for why a handshake failed."""
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or "taking longer" in str(exc):
+        return "timeout"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        message = (exc.verify_message or "").lower()
+        if "expired" in message:
+            return "expired_certificate"
+        if "not yet valid" in message:
+            return "certificate_not_yet_valid"
+        return "untrusted_certificate"
+    if isinstance(exc, ssl.SSLError):
+        reason = (exc.reason or "").upper()
+        if "PEER_DID_NOT_RETURN_A_CERTIFICATE" in reason or "CERTIFICATE_REQUIRED" in reason:
+            return "no_client_certificate"
+        if "UNKNOWN_CA" in reason or "BAD_CERTIFICATE" in reason or "CERTIFICATE_UNKNOWN" in reason:
+            return "client_refused_server_certificate"
+        if "VERSION" in reason or "PROTOCOL" in reason:
+            return "protocol_version"
+        if "CIPHER" in reason or "NO_SHARED" in reason:
+            return "no_shared_cipher"
+        if "HTTP_REQUEST" in reason or "WRONG_VERSION_NUMBER" in reason:
+            return "not_tls"
+        return "tls_error"
+    return "connection_lost"
+
+
+class _Early(asyncio.Protocol):
+    """Keeps what arrives between the handshake's end and the HTTP protocol taking over, to hand it on."""
+
+    __slots__ = ("chunks", "eof", "lost", "exc")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.eof = False
+        self.lost = False
+        self.exc: BaseException | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        return True
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.lost = True
+        self.exc = exc
+
+
+class TLSAcceptor:
+    """Protocol factory for `loop.create_server`: does the TLS handshake with whatever context is current when a
+    connection arrives, then hands the TLS transport to an HTTP protocol made by `make_protocol`.
+
+    `admit(transport)` decides after the handshake (client cert fingerprint, per-peer limits) and returns a
+    connection key or None to refuse; `count_failure(reason)` counts refused handshakes.
+    """
+
+    def __init__(self, *, name: str, context: Callable[[], ssl.SSLContext | None], make_protocol: Callable,
+                 admit: Callable[[asyncio.BaseTransport], bool], count_failure: Callable[[str], None],
+                 handshake_timeout: float, max_connections: int,
+                 on_connect: Callable[[Any], None] | None = None) -> None:
+        self.name = name
+        self._on_connect = on_connect
+        self._context = context
+        self._make_protocol = make_protocol
+        self._admit = admit
+        self._count_failure = count_failure
+        self._timeout = handshake_timeout
+        self.max_connections = max_connections
+        self.open = 0
+        self._handshakes: set[asyncio.Task] = set()
+        self._raw: set[asyncio.BaseTransport] = set()
+
+    def __call__(self) -> asyncio.Protocol:
+        return _Accept(self)
+
+    def _start(self, transport: asyncio.Transport) -> None:
+        ctx = self._context()
+        if ctx is None:
+            self._count_failure("certificates_not_loaded")
+            transport.abort()
+            return
+        if self.open >= self.max_connections:
+            self._count_failure("too_many_connections")
+            transport.abort()
+            return
+        transport.pause_reading()
+        self.open += 1
+        self._raw.add(transport)
+        task = asyncio.get_running_loop().create_task(self._handshake(transport, ctx))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(self, transport: asyncio.Transport, ctx: ssl.SSLContext) -> None:
+        early = _Early()
+        loop = asyncio.get_running_loop()
+        try:
+            tls = await loop.start_tls(transport, early, ctx, server_side=True, ssl_handshake_timeout=self._timeout)
+        except asyncio.CancelledError:
+            self._drop(transport)
+            raise
+        except Exception as exc:  # every handshake failure is the client's: count it, close, carry on
+            self._count_failure(handshake_failure_reason(exc))
+            self._drop(transport)
+            return
+        self._raw.discard(transport)
+        if tls is None or early.lost or not self._admit(tls):
+            self.open -= 1
+            if tls is not None:
+                tls.abort()
+            return
+        proto = self._make_protocol()
+        proto._peering_listener = self
+        tls.set_protocol(proto)
+        proto.connection_made(tls)
+        if self._on_connect is not None:
+            self._on_connect(proto)
+        if early.chunks:
+            proto.data_received(b"".join(early.chunks))
+        if early.eof:
+            proto.eof_received()
+
+    def _drop(self, transport: asyncio.BaseTransport) -> None:
+        self._raw.discard(transport)
+        self.open -= 1
+        transport.abort()
+
+    def closed(self) -> None:
+        """Called by the HTTP protocol when its TLS connection ends."""
+        self.open -= 1
+
+    async def close(self) -> None:
+        for task in list(self._handshakes):
+            task.cancel()
+        if self._handshakes:
+            await asyncio.gather(*self._handshakes, return_exceptions=True)
+        for transport in list(self._raw):
+            transport.abort()
+        self._raw.clear()
+
+
+class _Accept(asyncio.Protocol):
+    __slots__ = ("_acceptor",)
+
+    def __init__(self, acceptor: TLSAcceptor) -> None:
+        self._acceptor = acceptor
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._acceptor._start(transport)  # type: ignore[arg-type]
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        pass
+
+
+def peer_fingerprint(transport: asyncio.BaseTransport) -> str | None:
+    """SHA-256 (lower hex) of the DER of the client certificate of a TLS transport."""
+    ssl_object = transport.get_extra_info("ssl_object")
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    return hashlib.sha256(der).hexdigest() if der else None
