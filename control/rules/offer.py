@@ -1,0 +1,212 @@
+"""Offers: what each side publishes to its peer (status.offer), the bounds a received offer must respect, and
+status.peer built from an accepted one (DESIGN.md §5).
+
+A received offer that breaks a bound is refused with OfferInvalid or OfferTooLarge; the caller keeps the previous
+status.peer, so a bad offer never takes access away that a good one gave.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlsplit
+
+from control.connstring import format_time
+
+MAX_OFFER_BYTES = 256 * 1024
+MAX_PROJECTS = 10_000
+MAX_NAMESPACES_PER_PROJECT = 1_000
+MAX_CAPABILITIES = 256
+MAX_NAME = 253
+MAX_VERSION = 64
+MAX_JWKS_KEYS = 16
+#: Key types whose public half is all a JWK Set of a token issuer carries.
+ASYMMETRIC_KTY = frozenset({"RSA", "EC", "OKP"})
+#: JWK members that only private or symmetric keys have (RFC 7518 §6.2.2, §6.3.2, §6.4; RFC 8037).
+PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
+SCOPES = frozenset({"project", "cluster"})
+
+OFFER_INVALID = "OfferInvalid"
+OFFER_TOO_LARGE = "OfferTooLarge"
+
+
+def build_offer(
+    *,
+    issuer_url: str,
+    jwks: str,
+    projects: Mapping[str, Iterable[str]],
+    capabilities: list[dict],
+    peering_version: str,
+) -> dict:
+    """status.offer for one peer. `capabilities` come from effective.offered_capabilities (opened and Accepted)."""
+    return {
+        "issuer": {"url": issuer_url, "jwks": jwks},
+        "projects": [{"name": name, "namespaces": sorted(set(ns))} for name, ns in sorted(projects.items())],
+        "capabilities": [
+            {"name": c["name"], "version": c["version"], "scope": sorted(c.get("scope") or [])}
+            for c in sorted(capabilities, key=lambda c: c["name"])
+        ],
+        "peeringVersion": peering_version,
+    }
+
+
+@dataclass(frozen=True)
+class OfferCheck:
+    ok: bool
+    reason: str = ""
+    message: str = ""
+
+
+def jwks_problem(text) -> str | None:
+    """Why `text` is not a public JWK Set fit for verifying tokens, or None when it is."""
+    if not isinstance(text, str) or not text.strip():
+        return "the JWKS is empty"
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return "the JWKS is not JSON"
+    if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
+        return 'the JWKS is not a JWK Set (an object with a "keys" list)'
+    keys = doc["keys"]
+    if not keys:
+        return "the JWK Set has no keys"
+    if len(keys) > MAX_JWKS_KEYS:
+        return f"the JWK Set has {len(keys)} keys, more than {MAX_JWKS_KEYS}"
+    from jwcrypto import jwk  # only here: the rest of the rules need no crypto
+
+    for i, key in enumerate(keys):
+        if not isinstance(key, dict):
+            return f"key {i + 1} of the JWK Set is not an object"
+        if key.get("kty") not in ASYMMETRIC_KTY:
+            return f"key {i + 1} of the JWK Set has kty {key.get('kty')!r}; only RSA, EC and OKP public keys are allowed"
+        private = sorted(PRIVATE_MEMBERS & set(key))
+        if private:
+            return f"key {i + 1} of the JWK Set carries private members ({', '.join(private)}); publish public keys only"
+        try:
+            jwk.JWK(**key)
+        except Exception:  # jwcrypto raises several unrelated types for one bad key
+            return f"key {i + 1} of the JWK Set is not a valid {key.get('kty')} key"
+    return None
+
+
+def _bad(message: str) -> OfferCheck:
+    return OfferCheck(False, OFFER_INVALID, f"the peer's offer was refused: {message}; the previous offer is kept")
+
+
+def _name_ok(value) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_NAME
+
+
+def validate_offer(offer, *, size: int | None = None) -> OfferCheck:
+    """Check a received offer against the bounds; `size` is the byte length of the body it came in, if known."""
+    if size is None:
+        try:
+            size = len(json.dumps(offer, separators=(",", ":")).encode())
+        except (TypeError, ValueError):
+            return _bad("it is not JSON data")
+    if size > MAX_OFFER_BYTES:
+        return OfferCheck(
+            False,
+            OFFER_TOO_LARGE,
+            f"the peer's offer is {size} bytes, more than {MAX_OFFER_BYTES}; the previous offer is kept. "
+            "The peer has too many projects or namespaces for one peering",
+        )
+    if not isinstance(offer, dict):
+        return _bad("it is not an object")
+
+    issuer = offer.get("issuer")
+    if issuer is not None:
+        if not isinstance(issuer, dict):
+            return _bad("issuer is not an object")
+        url = issuer.get("url")
+        if url:
+            parts = urlsplit(url) if isinstance(url, str) else None
+            if parts is None or parts.scheme not in ("https", "http") or not parts.hostname or len(url) > 2048:
+                return _bad("issuer.url is not an http(s) URL")
+        if issuer.get("jwks"):
+            problem = jwks_problem(issuer["jwks"])
+            if problem:
+                return _bad(problem)
+
+    projects = offer.get("projects")
+    projects = [] if projects is None else projects
+    if not isinstance(projects, list):
+        return _bad("projects is not a list")
+    if len(projects) > MAX_PROJECTS:
+        return OfferCheck(
+            False, OFFER_TOO_LARGE, f"the peer offers {len(projects)} projects, more than {MAX_PROJECTS}"
+        )
+    seen: set[str] = set()
+    for p in projects:
+        if not isinstance(p, dict) or not _name_ok(p.get("name")):
+            return _bad(f"a project has no name or a name longer than {MAX_NAME}")
+        if p["name"] in seen:
+            return _bad(f"project {p['name']} is listed twice")
+        seen.add(p["name"])
+        ns = p.get("namespaces")
+        ns = [] if ns is None else ns
+        if not isinstance(ns, list) or not all(_name_ok(n) for n in ns):
+            return _bad(f"the namespaces of project {p['name']} are not a list of names")
+        if len(ns) > MAX_NAMESPACES_PER_PROJECT:
+            return OfferCheck(
+                False,
+                OFFER_TOO_LARGE,
+                f"project {p['name']} of the peer has {len(ns)} namespaces, more than {MAX_NAMESPACES_PER_PROJECT}",
+            )
+
+    caps = offer.get("capabilities")
+    caps = [] if caps is None else caps
+    if not isinstance(caps, list):
+        return _bad("capabilities is not a list")
+    if len(caps) > MAX_CAPABILITIES:
+        return OfferCheck(
+            False, OFFER_TOO_LARGE, f"the peer offers {len(caps)} capabilities, more than {MAX_CAPABILITIES}"
+        )
+    names: set[str] = set()
+    for c in caps:
+        if not isinstance(c, dict) or not _name_ok(c.get("name")):
+            return _bad(f"a capability has no name or a name longer than {MAX_NAME}")
+        if c["name"] in names:
+            return _bad(f"capability {c['name']} is listed twice")
+        names.add(c["name"])
+        version = c.get("version")
+        if not isinstance(version, str) or not 0 < len(version) <= MAX_VERSION:
+            return _bad(f"capability {c['name']} has no version or one longer than {MAX_VERSION}")
+        scope = c.get("scope")
+        scope = [] if scope is None else scope
+        if not isinstance(scope, list) or not set(scope) <= SCOPES:
+            return _bad(f"capability {c['name']} has a scope other than project and cluster")
+
+    pv = offer.get("peeringVersion")
+    if pv is not None and (not isinstance(pv, str) or len(pv) > MAX_VERSION):
+        return _bad(f"peeringVersion is not a string of at most {MAX_VERSION} characters")
+    return OfferCheck(True)
+
+
+def peer_status(offer: dict, *, alias: str, cluster_uuid: str, endpoint: str, last_sync: datetime) -> dict:
+    """status.peer from an accepted offer, the peer's name for this peering, and where it was fetched."""
+    issuer = offer.get("issuer") or {}
+    return {
+        "alias": alias,
+        "clusterUUID": cluster_uuid,
+        "endpoint": endpoint,
+        "issuer": {"url": issuer.get("url") or "", "jwks": issuer.get("jwks") or ""},
+        "projects": [
+            {"name": p["name"], "namespaces": list(p.get("namespaces") or [])} for p in offer.get("projects") or []
+        ],
+        "capabilities": [
+            {"name": c["name"], "version": c["version"], "scope": list(c.get("scope") or [])}
+            for c in offer.get("capabilities") or []
+        ],
+        "peeringVersion": offer.get("peeringVersion") or "",
+        "lastSyncTime": format_time(last_sync),
+    }
+
+
+def offer_of_peer(peer: dict | None) -> dict | None:
+    """The offer part of a status.peer (to compare with a newly fetched one), or None without a peer."""
+    if not peer:
+        return None
+    return {k: peer[k] for k in ("issuer", "projects", "capabilities", "peeringVersion") if k in peer}
