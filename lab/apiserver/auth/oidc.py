@@ -1,0 +1,244 @@
+"""OIDC bearer tokens, as kube-apiserver's `--oidc-*` flags make it accept the ID tokens of Dex.
+
+Deckhouse runs kube-apiserver with `--oidc-issuer-url=<Dex>`, `--oidc-client-id=kubernetes`,
+`--oidc-username-claim=email`, `--oidc-groups-claim=groups` and no prefixes; those are this class's defaults
+except the issuer and client. The signing keys come from the issuer's discovery document over HTTPS, verified
+with a CA bundle, are cached, and are fetched again when a token names a key that is not in the cache (the issuer
+rotated), at most once per `refetch_interval` so that tokens with made-up key IDs cannot make the API server
+hammer the issuer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Awaitable, Callable
+
+import aiohttp
+from aiohttp.abc import AbstractResolver
+from jwcrypto import jwk, jws
+from jwcrypto.common import JWException
+
+from lab.apiserver.auth.tokens import TokenInvalid, audiences_of, unverified_claims
+from lab.apiserver.auth.types import UserInfo
+
+log = logging.getLogger(__name__)
+
+JWKSFetcher = Callable[[], Awaitable[dict]]
+
+# go-oidc's allowance for a clock ahead of the issuer's on `nbf`; `exp` gets none, as in kube-apiserver.
+NBF_SKEW = timedelta(minutes=5)
+# Bound on a discovery document or key set: these come from the network.
+_MAX_DOCUMENT = 1 << 20
+
+
+class JWKSFetchError(Exception):
+    """The issuer's keys could not be fetched; the message says which step failed and what to check."""
+
+
+def discovery_jwks_fetcher(issuer_url: str, ca_pem: bytes | None = None, *,
+                           resolver: AbstractResolver | None = None, timeout: float = 10.0) -> JWKSFetcher:
+    """A fetcher that reads `<issuer>/.well-known/openid-configuration`, then the key set at its `jwks_uri`.
+
+    ca_pem is the bundle the issuer's certificate must chain to (the system's trust store when None); resolver
+    maps the issuer's host name (the lab resolves its host names to loopback). Each fetch uses its own short-lived
+    session: fetches are rare, and nothing is left open between them.
+    """
+    discovery_url = issuer_url.rstrip("/") + "/.well-known/openid-configuration"
+
+    async def fetch() -> dict:
+        context = ssl.create_default_context(cadata=ca_pem.decode("ascii") if ca_pem else None)
+        connector = aiohttp.TCPConnector(ssl=context, resolver=resolver)
+        try:
+            async with aiohttp.ClientSession(connector=connector,
+                                             timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+                doc = await _get_json(session, discovery_url, "discovery document")
+                if doc.get("issuer") != issuer_url:
+                    raise JWKSFetchError(f"the discovery document at {discovery_url} names issuer "
+                                         f"{doc.get('issuer')!r}, not {issuer_url!r}; the issuer URL must match "
+                                         "exactly, including the trailing slash")
+                jwks_uri = doc.get("jwks_uri")
+                if not isinstance(jwks_uri, str) or not jwks_uri.startswith("https://"):
+                    raise JWKSFetchError(f"the discovery document at {discovery_url} has no https jwks_uri")
+                return await _get_json(session, jwks_uri, "key set")
+        except (aiohttp.ClientError, asyncio.TimeoutError, ssl.SSLError, OSError) as exc:
+            raise JWKSFetchError(f"could not fetch the keys of {issuer_url}: {exc.__class__.__name__}: {exc}; "
+                                 "check that the issuer is up and its certificate chains to the CA bundle") from exc
+
+    return fetch
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, what: str) -> dict:
+    async with session.get(url, headers={"Accept": "application/json"}) as resp:
+        if resp.status != 200:
+            raise JWKSFetchError(f"{what} at {url} answered HTTP {resp.status}")
+        body = await resp.content.read(_MAX_DOCUMENT + 1)
+        if len(body) > _MAX_DOCUMENT:
+            raise JWKSFetchError(f"{what} at {url} is larger than {_MAX_DOCUMENT} bytes")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise JWKSFetchError(f"{what} at {url} is not JSON") from None
+    if not isinstance(data, dict):
+        raise JWKSFetchError(f"{what} at {url} is not a JSON object")
+    return data
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class OIDCAuthenticator:
+    """Authenticates ID tokens of one OIDC issuer for one client, the way kube-apiserver's OIDC flags do.
+
+    jwks_fetcher returns the issuer's JWK Set; when None, it is read over HTTPS through the issuer's discovery
+    document, trusting ca_pem and resolving names with resolver.
+    """
+
+    def __init__(self, issuer_url: str, client_id: str, username_claim: str = "email", groups_claim: str = "groups",
+                 username_prefix: str = "", groups_prefix: str = "", jwks_fetcher: JWKSFetcher | None = None, *,
+                 ca_pem: bytes | None = None, resolver: AbstractResolver | None = None,
+                 signing_algs: tuple[str, ...] = ("RS256",), refetch_interval: float = 5.0,
+                 clock: Callable[[], datetime] = _utcnow, monotonic: Callable[[], float] = time.monotonic) -> None:
+        if not issuer_url.startswith("https://"):
+            raise ValueError(f"the OIDC issuer URL must use https, got {issuer_url!r}")
+        if not client_id:
+            raise ValueError("the OIDC client ID must not be empty")
+        self.issuer_url = issuer_url
+        self.client_id = client_id
+        self.username_claim = username_claim
+        self.groups_claim = groups_claim
+        self.username_prefix = username_prefix
+        self.groups_prefix = groups_prefix
+        self.signing_algs = tuple(signing_algs)
+        self._fetch = jwks_fetcher or discovery_jwks_fetcher(issuer_url, ca_pem, resolver=resolver)
+        self._refetch_interval = refetch_interval
+        self._clock = clock
+        self._monotonic = monotonic
+        self._keys: jwk.JWKSet | None = None
+        self._last_attempt: float | None = None
+        self._generation = 0
+        self._lock = asyncio.Lock()
+        self.fetch_count = 0
+
+    def handles(self, token: str) -> bool:
+        """Whether the token claims to come from this issuer (unverified: only to pick the authenticator)."""
+        claims = unverified_claims(token)
+        return claims is not None and claims.get("iss") == self.issuer_url
+
+    async def authenticate_token(self, token: str) -> UserInfo | None:
+        """The user of a valid ID token of this issuer for this client; None for any other token."""
+        if not self.handles(token):
+            return None
+        try:
+            return await self.verify(token)
+        except TokenInvalid as exc:
+            log.debug("OIDC token of %s refused: %s", self.issuer_url, exc.reason)
+            return None
+
+    async def verify(self, token: str) -> UserInfo:
+        """The user of a valid ID token; TokenInvalid with the reason otherwise (never with the token in it)."""
+        parsed = jws.JWS()
+        try:
+            parsed.deserialize(token)
+            header = parsed.jose_header
+        except (JWException, ValueError, TypeError):
+            raise TokenInvalid("token is not a compact JWS") from None
+        alg = header.get("alg") if isinstance(header, dict) else None
+        if alg not in self.signing_algs:
+            raise TokenInvalid(f"signing algorithm must be one of {', '.join(self.signing_algs)}")
+        kid = header.get("kid")
+        keys = await self._candidate_keys(kid)
+        if not keys:
+            raise TokenInvalid("token is signed by a key the issuer does not publish")
+        parsed.allowed_algs = [alg]
+        for key in keys:
+            try:
+                parsed.verify(key)
+                break
+            except (JWException, ValueError, TypeError):
+                continue
+        else:
+            raise TokenInvalid("token signature is invalid")
+        try:
+            claims = json.loads(parsed.payload)
+        except ValueError:
+            raise TokenInvalid("token payload is not JSON") from None
+        if not isinstance(claims, dict):
+            raise TokenInvalid("token payload is not a JSON object")
+        return self._user(claims)
+
+    def _user(self, claims: dict) -> UserInfo:
+        if claims.get("iss") != self.issuer_url:
+            raise TokenInvalid("token issuer does not match")
+        if self.client_id not in audiences_of(claims):
+            raise TokenInvalid(f"token audience does not contain the client ID {self.client_id!r}")
+        now = self._clock()
+        exp, nbf = claims.get("exp"), claims.get("nbf")
+        if not isinstance(exp, (int, float)):
+            raise TokenInvalid("token has no expiry")
+        if now > datetime.fromtimestamp(exp, timezone.utc):
+            raise TokenInvalid("token has expired")
+        if isinstance(nbf, (int, float)) and now + NBF_SKEW < datetime.fromtimestamp(nbf, timezone.utc):
+            raise TokenInvalid("token is not valid yet")
+        username = claims.get(self.username_claim)
+        if not isinstance(username, str) or not username:
+            raise TokenInvalid(f"token has no string claim {self.username_claim!r} to take the username from")
+        if self.username_claim == "email" and "email_verified" in claims:
+            verified = claims["email_verified"]
+            if not isinstance(verified, bool):
+                raise TokenInvalid("claim 'email_verified' must be a boolean")
+            if not verified:
+                raise TokenInvalid(f"email {username!r} is not verified")
+        raw_groups = claims.get(self.groups_claim)
+        if raw_groups is None:
+            groups: list[str] = []
+        elif isinstance(raw_groups, str):
+            groups = [raw_groups]
+        elif isinstance(raw_groups, list) and all(isinstance(g, str) for g in raw_groups):
+            groups = list(raw_groups)
+        else:
+            raise TokenInvalid(f"claim {self.groups_claim!r} must be a string or an array of strings")
+        return UserInfo(username=self.username_prefix + username,
+                        groups=tuple(self.groups_prefix + g for g in groups))
+
+    async def _candidate_keys(self, kid: str | None) -> list[jwk.JWK]:
+        keys = self._matching(kid)
+        if keys:
+            return keys
+        await self._refresh()
+        return self._matching(kid)
+
+    def _matching(self, kid: str | None) -> list[jwk.JWK]:
+        if self._keys is None:
+            return []
+        if kid is not None:
+            key = self._keys.get_key(kid)
+            return [key] if key is not None else []
+        # A token without kid: any published key may have signed it, as go-oidc tries them all.
+        return list(self._keys["keys"])
+
+    async def _refresh(self) -> None:
+        """Fetch the key set once for all callers waiting now, and not again before refetch_interval has passed."""
+        seen = self._generation
+        async with self._lock:
+            if self._generation != seen:
+                return  # someone fetched while this caller waited for the lock
+            now = self._monotonic()
+            if self._last_attempt is not None and now - self._last_attempt < self._refetch_interval:
+                return
+            self._last_attempt = now
+            self.fetch_count += 1
+            try:
+                raw = await self._fetch()
+                keys = jwk.JWKSet.from_json(json.dumps(raw))
+            except Exception as exc:  # noqa: BLE001 - a failing issuer must refuse its tokens, not fail the request
+                log.warning("could not refresh the keys of OIDC issuer %s: %s", self.issuer_url, exc)
+                return
+            finally:
+                self._generation += 1
+            self._keys = keys
