@@ -32,34 +32,45 @@ def with_defaults(schema: dict, value):
     return value
 
 
-def cel_errors(schema: dict, value, path: str = "") -> list[str]:
+_NEW = object()  # no old value: a create, or a field the update adds
+
+
+def cel_errors(schema: dict, value, old=_NEW, path: str = "") -> list[str]:
+    """Messages of the failing rules; a transition rule (one that reads oldSelf) applies only where there is an
+    old value, as in kube-apiserver."""
     errors: list[str] = []
     env = celpy.Environment()
     for validation in schema.get("x-kubernetes-validations", []):
+        if "oldSelf" in validation["rule"] and old is _NEW:
+            continue
+        activation = {"self": celpy.json_to_cel(value)}
+        if old is not _NEW:
+            activation["oldSelf"] = celpy.json_to_cel(old)
         result = None
         try:
-            result = env.program(env.compile(validation["rule"])).evaluate({"self": celpy.json_to_cel(value)})
+            result = env.program(env.compile(validation["rule"])).evaluate(activation)
         except celpy.CELEvalError:
             pass
-        if result is not True and not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
+        if not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
             errors.append(f"{path}: {validation['message']}")
     if isinstance(value, dict):
         for name, prop in schema.get("properties", {}).items():
             if name in value:
-                errors += cel_errors(prop, value[name], f"{path}.{name}" if path else name)
+                previous = old.get(name, _NEW) if isinstance(old, dict) else _NEW
+                errors += cel_errors(prop, value[name], previous, f"{path}.{name}" if path else name)
     elif isinstance(value, list) and "items" in schema:
         for i, item in enumerate(value):
-            errors += cel_errors(schema["items"], item, f"{path}[{i}]")
+            errors += cel_errors(schema["items"], item, _NEW, f"{path}[{i}]")
     return errors
 
 
-def admit(crd: dict, obj: dict) -> list[str]:
-    """The errors the API server would give for `obj`, empty when it is stored."""
+def admit(crd: dict, obj: dict, old: dict | None = None) -> list[str]:
+    """The errors the API server would give for `obj` (an update of `old` when given), empty when it is stored."""
     schema = schema_of(crd)
     obj = with_defaults(schema, obj)
     errors = [f"{'.'.join(map(str, e.path))}: {e.message}"
               for e in jsonschema.Draft7Validator(schema).iter_errors(obj)]
-    return errors + cel_errors(schema, obj)
+    return errors + cel_errors(schema, obj, _NEW if old is None else with_defaults(schema, old))
 
 
 def cluster_peer(spec: dict) -> dict:
@@ -140,6 +151,16 @@ def test_settings_of_the_other_type_are_refused(crds) -> None:
         "Invite"]
     assert admit(crd, cluster_peer({"type": "Invite", "join": {"connectionString": "x"}})) == [
         "spec: spec.join applies only to a ClusterPeer of type Join: remove spec.join or set spec.type to Join"]
+
+
+def test_type_cannot_change_once_created(crds) -> None:
+    crd = crds["ClusterPeer"]
+    invite = cluster_peer({"type": "Invite"})
+    join = cluster_peer({"type": "Join", "join": {"connectionString": "x"}})
+    assert admit(crd, join) == []
+    assert admit(crd, join, old=invite) == [
+        "spec.type: spec.type cannot change: delete this ClusterPeer and create a new one of the other type"]
+    assert admit(crd, cluster_peer({"type": "Invite", "capabilities": ["c"]}), old=invite) == []
 
 
 def test_type_is_required_and_one_of_invite_or_join(crds) -> None:
