@@ -182,6 +182,12 @@ def test_top_level_values_override_the_global_ones(chart) -> None:
     assert args[args.index("--public-domain-template") + 1] == "%s.peers.example.org"
 
 
+def test_dex_url_can_be_given(chart) -> None:
+    objects = render(chart, merged(GLOBAL, {"dex": {"url": "https://dex.d8-user-authn.svc"}}))
+    [container] = one(objects, "Deployment", "peering")["spec"]["template"]["spec"]["containers"]
+    assert {"name": "PEERING_DEX_URL", "value": "https://dex.d8-user-authn.svc"} in container["env"]
+
+
 def test_global_ingress_class_is_used(chart) -> None:
     objects = render(chart, merged(GLOBAL, {"global": {"modules": {"ingressClass": "internet"}}}))
     assert one(objects, "Ingress", "peering-join")["spec"]["ingressClassName"] == "internet"
@@ -258,6 +264,9 @@ def test_the_deployment_runs_the_process_hardened_and_spread(chart) -> None:
         "peering", "run", "--namespace", "d8-peering", "--public-domain-template", "%s.example.com",
         "--ops-port", "8081", "--entrance-port", "8443", "--egress-port", "9443", "--join-port", "8080",
     ]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env == {"PEERING_IDENTITY": {"fieldRef": {"fieldPath": "metadata.name"}},
+                   "PEERING_DEX_URL": "https://dex.example.com"}
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         assert container[probe]["httpGet"]["path"] == path
         assert container_port(objects, container[probe]["httpGet"]["port"]) == 8081
@@ -337,6 +346,9 @@ BAD_VALUES = [
     pytest.param(merged(GLOBAL, {"https": {"mode": "CustomCertificate"}}),
                  ["https.customCertificate.secretName is not set", "kubernetes.io/tls Secret in d8-peering"],
                  id="custom-certificate-without-secret"),
+    pytest.param(merged(GLOBAL, {"dex": {"url": "http://dex.example.com"}}),
+                 ['dex.url "http://dex.example.com" is not an https:// URL', "leave it empty for https://dex.<domain>"],
+                 id="dex-url-not-https"),
     pytest.param(merged(GLOBAL, {"entrance": {"mode": "NodePort"}}),
                  ['entrance.mode "NodePort" is not a known mode', "LoadBalancer or IngressNginxPassthrough"],
                  id="entrance-unknown"),

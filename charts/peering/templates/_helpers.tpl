@@ -83,6 +83,19 @@ peering-join-tls
 {{- end -}}
 {{- end -}}
 
+{{/* Dex of user-authn is published as dex.<domain>; dex.url overrides it (e.g. an in-cluster address). */}}
+{{- define "peering.dexURL" -}}
+{{- $url := dig "url" "" (.Values.dex | default dict) -}}
+{{- if $url -}}
+{{- if not (hasPrefix "https://" $url) -}}
+{{- fail (print "dex.url " ($url | quote) " is not an https:// URL: set dex.url to the issuer URL of Dex, such as \"https://dex.example.com\", or leave it empty for https://dex.<domain>") -}}
+{{- end -}}
+{{- $url -}}
+{{- else -}}
+https://{{ include "peering.publicHost" (dict "root" . "name" "dex") }}
+{{- end -}}
+{{- end -}}
+
 {{- define "peering.ingressClass" -}}
 {{- $global := dig "modules" "ingressClass" "" (.Values.global | default dict) -}}
 {{- .Values.ingressClass | default $global | default "nginx" -}}
