@@ -51,10 +51,10 @@ class Upstream:
 class DexState:
     calls: int = 0
     down: bool = False
-    delay: float = 0.0
     forms: list[dict] = field(default_factory=list)
     auth: list[str] = field(default_factory=list)
     secret: str = "s3cret"
+    gate: asyncio.Event | None = None
     port: int = 0
 
 
@@ -206,8 +206,9 @@ def dex_app(state: DexState) -> web.Application:
         form = dict(await request.post())
         state.forms.append(form)
         state.auth.append(request.headers.get("Authorization", ""))
-        if state.delay:
-            await asyncio.sleep(state.delay)
+        if state.gate is not None:
+            async with asyncio.timeout(20):
+                await state.gate.wait()
         if request.headers.get("Authorization") != "Basic " + base64.b64encode(f"gateway:{state.secret}".encode()).decode():
             return web.json_response({"error": "invalid_client"}, status=401)
         return web.json_response({"access_token": f"exchanged-{state.calls}", "token_type": "bearer",

@@ -204,7 +204,8 @@ async def test_client_going_away_cancels_the_upstream_watch(gateway, session_for
 
 async def test_thousand_concurrent_requests_with_one_fresh_token_make_one_dex_call(
         gateway, session_for, issuer_key, dex):
-    dex.delay = 0.2
+    # Dex answers only once all 1,000 requests are inside the gateway at the same time.
+    dex.gate = asyncio.Event()
     s = session_for(gateway, limit=0)
     token = make_token(issuer_key)
 
@@ -212,7 +213,16 @@ async def test_thousand_concurrent_requests_with_one_fresh_token_make_one_dex_ca
         async with s.get(PODS, headers={"Authorization": f"Bearer {token}"}) as resp:
             return resp.status
 
-    codes = await asyncio.gather(*(one() for _ in range(1000)))
+    requests = [asyncio.ensure_future(one()) for _ in range(1000)]
+    try:
+        await _until(lambda: _gauge(gateway, "in_flight", "entrance") == 1000, timeout=30)
+        await _until(lambda: dex.calls >= 1)
+        dex.gate.set()
+        codes = await asyncio.gather(*requests)
+    finally:
+        for r in requests:
+            r.cancel()
+        await asyncio.gather(*requests, return_exceptions=True)
     assert codes == [200] * 1000
     assert dex.calls == 1
 
@@ -295,6 +305,11 @@ def _counter(gw, attr: str, label: str) -> float:
     metric = getattr(gw.metrics, attr)
     return sum(s.value for m in metric.collect() for s in m.samples
                if s.name.endswith("_total") and label in s.labels.values())
+
+
+def _gauge(gw, attr: str, label: str) -> float:
+    metric = getattr(gw.metrics, attr)
+    return sum(s.value for m in metric.collect() for s in m.samples if label in s.labels.values())
 
 
 async def _until(predicate, timeout: float = 2.0) -> None:

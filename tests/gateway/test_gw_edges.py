@@ -1,0 +1,198 @@
+"""The gateway's other edges: raw HTTP refusals, ops, join, peer calls, certificate reloads and the egress."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+
+import aiohttp
+import pytest
+
+from conftest import (CLUSTER, ENTRANCE_HOST, PEER_UUID, client_ssl, gateway_config, load_certs, make_token,
+                      registry_for)
+from gateway.server import Gateway
+
+URL = f"https://{ENTRANCE_HOST}"
+
+
+async def raw_request(gw: Gateway, pki, data: bytes) -> tuple[int, dict]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.entrance_port, ssl=client_ssl(pki),
+                                                   server_hostname=ENTRANCE_HOST)
+    try:
+        writer.write(data)
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = int([line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")][0])
+        body = json.loads(await reader.readexactly(length))
+        return status, body
+    finally:
+        writer.close()
+        try:
+            await writer.wait_closed()
+        except (ConnectionError, ssl.SSLError):
+            pass
+
+
+async def test_oversized_header_gives_431(gateway, pki):
+    status, body = await raw_request(gateway, pki, b"GET /api HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40000
+                                     + b"\r\n\r\n")
+    assert (status, body["kind"], body["reason"]) == (431, "Status", "RequestHeaderFieldsTooLarge")
+
+
+async def test_too_many_headers_gives_431(gateway, pki):
+    headers = b"".join(b"X-H%d: v\r\n" % i for i in range(200))
+    status, body = await raw_request(gateway, pki, b"GET /api HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+    assert (status, body["reason"]) == (431, "RequestHeaderFieldsTooLarge")
+
+
+async def test_content_length_with_transfer_encoding_is_refused(gateway, pki, upstream):
+    status, body = await raw_request(gateway, pki, b"POST /api/v1/namespaces HTTP/1.1\r\nHost: x\r\n"
+                                     b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    assert status == 400 and body["kind"] == "Status"
+    assert upstream.requests == []
+
+
+async def test_ops_listener_reports_health_readiness_and_metrics(pki, issuer_key, upstream, dex, handlers,
+                                                                 session_for):
+    gw = Gateway(gateway_config(pki, upstream, dex), handlers)
+    await gw.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            base = f"http://127.0.0.1:{gw.ops_port}"
+            async with http.get(base + "/healthz") as r:
+                assert r.status == 200
+            async with http.get(base + "/readyz") as r:
+                assert r.status == 503 and "certificates" in await r.text()
+            # Until certificates are loaded, the entrance refuses handshakes.
+            s = session_for(gw)
+            with pytest.raises(aiohttp.ClientError):
+                async with s.get(URL + "/api") as resp:
+                    await resp.read()
+            load_certs(gw, pki)
+            async with http.get(base + "/readyz") as r:
+                assert r.status == 503 and "registry" in await r.text()
+            gw.publish(registry_for(pki, issuer_key))
+            async with http.get(base + "/readyz") as r:
+                assert r.status == 200
+            async with s.get(URL + "/api/v1/pods", headers={"Authorization": f"Bearer {make_token(issuer_key)}"}) as r:
+                assert r.status == 200
+            async with http.get(base + "/metrics") as r:
+                text = await r.text()
+            assert 'peering_gateway_requests_total{capability="read-pods",code="2xx",listener="entrance",peer="peer"}' \
+                in text
+            assert 'peering_gateway_handshake_failures_total{listener="entrance",reason="certificates_not_loaded"}' \
+                in text
+            assert "peering_gateway_token_exchange_calls_total" in text and "peering_gateway_dex_seconds" in text
+            assert "Bearer" not in text and "/api/v1/pods" not in text
+    finally:
+        await gw.stop()
+
+
+async def test_access_log_is_one_json_line_without_token(gateway, session_for, issuer_key, caplog):
+    import logging
+    gateway.config.access_log = True
+    token = make_token(issuer_key)
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        async with session_for(gateway).get(URL + "/api/v1/pods", headers={"Authorization": f"Bearer {token}"}) as r:
+            assert r.status == 200
+    [record] = [r for r in caplog.records if r.name == "gateway.access"]
+    line = json.loads(record.getMessage())
+    assert (line["listener"], line["peer"], line["code"], line["method"]) == ("entrance", "peer", 200, "GET")
+    assert token not in caplog.text and "exchanged-" not in caplog.text
+
+
+async def test_certificate_reload_serves_new_handshakes_and_keeps_open_connections(
+        gateway, pki, session_for, issuer_key, upstream):
+    import trustme
+    upstream.watch_events, upstream.watch_interval = 30, 0.02
+    s = session_for(gateway)
+    token = make_token(issuer_key)
+    async with s.get(URL + "/api/v1/pods?watch=true", headers={"Authorization": f"Bearer {token}"}) as watch:
+        await watch.content.readline()
+        new_cert = pki["ca"].issue_cert(ENTRANCE_HOST)
+        gateway.reload_certificates(entrance_cert_pem=new_cert.cert_chain_pems[0].bytes(),
+                                    entrance_key_pem=new_cert.private_key_pem.bytes(),
+                                    ca_pem=pki["ca"].cert_pem.bytes(),
+                                    egress_cert_pem=pki["egress"].cert_chain_pems[0].bytes(),
+                                    egress_key_pem=pki["egress"].private_key_pem.bytes())
+        # A new connection sees the new certificate...
+        reader, writer = await asyncio.open_connection("127.0.0.1", gateway.entrance_port, ssl=client_ssl(pki),
+                                                       server_hostname=ENTRANCE_HOST)
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        writer.close()
+        await writer.wait_closed()
+        assert der == ssl.PEM_cert_to_DER_cert(new_cert.cert_chain_pems[0].bytes().decode())
+        # ...and the open watch keeps streaming to its end.
+        rest = [line async for line in watch.content]
+        assert len(rest) == 29
+
+
+async def test_bad_certificates_are_refused_with_a_reason_and_the_old_ones_kept(gateway, pki):
+    with pytest.raises(ValueError, match="do not load"):
+        gateway.reload_certificates(entrance_cert_pem=pki["entrance"].cert_chain_pems[0].bytes(),
+                                    entrance_key_pem=pki["peer"].private_key_pem.bytes(),
+                                    ca_pem=pki["ca"].cert_pem.bytes(),
+                                    egress_cert_pem=pki["egress"].cert_chain_pems[0].bytes(),
+                                    egress_key_pem=pki["egress"].private_key_pem.bytes())
+    assert gateway.readiness() == (True, "ok")
+
+
+async def test_peer_calls_reach_the_control_loop_typed(gateway, session_for, handlers, issuer_key):
+    s = session_for(gateway)
+    async with s.get(URL + "/peering/v1/offer") as r:
+        assert r.status == 200 and await r.json() == {"op": "offer", "peer": "peer"}
+    async with s.post(URL + "/peering/v1/notify", json={"generation": 3}) as r:
+        assert r.status == 200
+    async with s.post(URL + "/peering/v1/notify", json={"refuse": True}) as r:
+        body = await r.json()
+        assert (r.status, body["reason"], body["kind"]) == (409, "OfferStale", "Status")
+    async with s.post(URL + "/peering/v1/certificate", data=b"x" * (300 * 1024)) as r:
+        assert r.status == 413
+    async with s.post(URL + "/peering/v1/credentials", data=b"[1]") as r:
+        assert (r.status, (await r.json())["reason"]) == (400, "MalformedBody")
+    async with s.get(URL + "/peering/v1/notify") as r:
+        assert r.status == 405
+    async with s.get(URL + "/peering/v1/secrets") as r:
+        assert r.status == 404
+    calls = [(c.op, c.peer.name, c.body) for c in handlers.calls]
+    assert calls == [("offer", "peer", None), ("notify", "peer", {"generation": 3}), ("notify", "peer", {"refuse": True})]
+
+
+async def test_join_listener_passes_typed_calls_and_rate_limits_failures(pki, upstream, dex, handlers):
+    gw = Gateway(gateway_config(pki, upstream, dex, join_failures_per_minute=3), handlers)
+    await gw.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            base = f"http://127.0.0.1:{gw.join_port}"
+            async with http.post(base + "/v1/join", json={"token": "good"}) as r:
+                assert r.status == 200 and await r.json() == {"joined": True}
+            for _ in range(3):
+                async with http.post(base + "/v1/join", json={"token": "bad"}) as r:
+                    assert (r.status, (await r.json())["reason"]) == (403, "InvalidToken")
+            async with http.post(base + "/v1/join", json={"token": "good"}) as r:
+                assert (r.status, (await r.json())["reason"]) == (429, "TooManyAttempts")
+            async with http.post(base + "/v1/join", data=b"x" * (65 * 1024)) as r:
+                assert r.status in (413, 429)
+            async with http.get(base + "/v1/join") as r:
+                assert r.status == 405
+            async with http.post(base + "/peering/v1/offer") as r:
+                assert r.status == 404
+        assert handlers.calls[0].body == {"token": "good"} and handlers.calls[0].remote == "127.0.0.1"
+        assert len(handlers.calls) == 4
+    finally:
+        await gw.stop()
+
+
+async def test_join_body_over_the_limit_gives_413(pki, upstream, dex, handlers):
+    gw = Gateway(gateway_config(pki, upstream, dex), handlers)
+    await gw.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"http://127.0.0.1:{gw.join_port}/v1/join", data=b"x" * (65 * 1024)) as r:
+                assert (r.status, (await r.json())["reason"]) == (413, "RequestEntityTooLarge")
+        assert handlers.calls == []
+    finally:
+        await gw.stop()
