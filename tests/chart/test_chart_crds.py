@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 import yaml
 
-from conftest import CRD_DIR
+from chart_paths import CRD_DIR
 
 KINDS = ("ClusterPeer", "PeeringCapability", "ProjectPeer")
 ELEMENT = "Element of the array"

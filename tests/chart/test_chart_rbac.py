@@ -7,7 +7,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from conftest import CHART_DIR
+from chart_paths import CHART_DIR
 
 VALUES = {"global": {"modules": {"publicDomainTemplate": "%s.example.com"}}}
 SA = ("d8-peering", "peering")

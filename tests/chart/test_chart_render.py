@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError
 
-from conftest import CHART_DIR
+from chart_paths import CHART_DIR
 
 KUBE_VERSIONS = ("1.30", "1.37")
 NAMESPACE = "d8-peering"
