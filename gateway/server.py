@@ -373,7 +373,11 @@ class Gateway:
                           "ServiceAccount token with one of the audiences in status.access.audiences")
         username = (result.get("user") or {}).get("username") or ""
         ns, _, name = username[len(SA_PREFIX):].partition(":") if username.startswith(SA_PREFIX) else ("", "", "")
-        granted = [wanted[a] for a in result.get("audiences") or list(wanted) if a in wanted]
+        # An authenticator that is not audience-aware answers no audiences: that is no grant, not every one.
+        granted = [wanted[a] for a in result.get("audiences") or () if a in wanted]
+        if not granted:
+            raise Refusal(401, "TokenAudienceMismatch", "the token's audience names no capability effective for "
+                          f"peering {peer.name}; use an audience listed in its status.access.audiences")
         allowed = sorted(c for c in granted if (cap := registry.capabilities.get(c)) is not None and cap.accepted
                          and (ns, name) in cap.consumers)
         if not allowed:

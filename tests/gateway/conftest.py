@@ -185,12 +185,16 @@ def api_app(state: Upstream) -> web.Application:
         token = review["spec"]["token"]
         if request.headers.get("Authorization") != "Bearer gateway-sa-token":
             return web.json_response({"kind": "Status", "code": 401}, status=401)
-        if not token.startswith("local:"):
+        try:
+            claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+        except (ValueError, IndexError):
+            claims = {}
+        if claims.get("iss") != ISSUER or claims.get("exp", 0) < time.time():
             return web.json_response({**review, "status": {"authenticated": False}}, status=201)
-        _, user, aud = token.split(":", 2)
+        aud = claims.get("aud") or []
         return web.json_response({**review, "status": {
-            "authenticated": True, "user": {"username": f"system:serviceaccount:{user}"},
-            "audiences": [a for a in review["spec"]["audiences"] if a == aud]}}, status=201)
+            "authenticated": True, "user": {"username": claims["sub"]},
+            "audiences": [a for a in review["spec"]["audiences"] if a in aud]}}, status=201)
 
     app = web.Application()
     app.router.add_post("/apis/authentication.k8s.io/v1/tokenreviews", tokenreview)
