@@ -1,0 +1,347 @@
+"""Conditions of a ClusterPeer and how each reason is chosen from what was observed.
+
+`set_condition` keeps lastTransitionTime unless the status changes. The choosers below are the only place where a
+reason is picked: TokenExchangeReady from the observed TokenExchangeProvider, ClientCertEnforced and ServerCertOurs
+from the self-check probe, and Ready with the phase from the state of the peering. docs/protocol.md lists every
+reason with what it means and what to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from control.connstring import format_time
+
+READY = "Ready"
+TOKEN_EXCHANGE_READY = "TokenExchangeReady"
+CLIENT_CERT_ENFORCED = "ClientCertEnforced"
+SERVER_CERT_OURS = "ServerCertOurs"
+ACCEPTED = "Accepted"
+
+PENDING, ACTIVE, ERROR = "Pending", "Active", "Error"
+
+
+@dataclass(frozen=True)
+class Cond:
+    """A condition's value without its bookkeeping (type, times, generation)."""
+
+    status: str  # "True", "False" or "Unknown"
+    reason: str
+    message: str
+
+
+def get_condition(conditions: list[dict] | None, type_: str) -> dict | None:
+    return next((c for c in conditions or [] if isinstance(c, dict) and c.get("type") == type_), None)
+
+
+def set_condition(
+    conditions: list[dict] | None, type_: str, value: Cond, *, generation: int | None, now: datetime
+) -> list[dict]:
+    """A new list with condition `type_` set to `value`; lastTransitionTime moves only when the status changes,
+    so an unchanged condition compares equal and causes no write."""
+    out = [dict(c) for c in conditions or [] if isinstance(c, dict)]
+    cur = get_condition(out, type_)
+    new = {"type": type_, "status": value.status, "reason": value.reason, "message": value.message[:32768]}
+    if generation is not None:
+        new["observedGeneration"] = generation
+    if cur is not None and cur.get("status") == value.status and cur.get("lastTransitionTime"):
+        new["lastTransitionTime"] = cur["lastTransitionTime"]
+    else:
+        new["lastTransitionTime"] = format_time(now)
+    if cur is None:
+        out.append(new)
+    else:
+        out[out.index(cur)] = new
+    return out
+
+
+# --- TokenExchangeReady ------------------------------------------------------------------------------------------
+
+PROVIDER_READY = "ProviderReady"
+PROVIDER_PENDING = "ProviderPending"
+PROVIDER_DELETING = "ProviderDeleting"
+PROVIDER_NOT_READY = "ProviderNotReady"
+PROVIDER_REJECTED = "ProviderRejected"
+FOREIGN_PROVIDER = "ForeignProvider"
+AWAITING_ISSUER = "AwaitingIssuer"
+#: Reasons user-authn gives a provider, passed on as they are with their message.
+USER_AUTHN_REASONS = frozenset({"PrefixConflict", "InvalidSpec", "DiscoveryFailed", "ApplyError"})
+
+
+@dataclass(frozen=True)
+class ProviderObservation:
+    """What the reconciler saw of the peer's TokenExchangeProvider in this pass."""
+
+    #: The object as read after our write, or None when it does not exist (yet).
+    obj: dict | None = None
+    #: Message of an API refusal (403, 422...) to read or write it; None when the API answered.
+    api_error: str | None = None
+    #: Whether the peer published its issuer URL and JWKS (status.peer.issuer).
+    issuer_published: bool = True
+    #: Why the peer's JWKS is not a JWK Set (offer.jwks_problem), or None.
+    jwks_problem: str | None = None
+    #: Whether the object carries the module's labels (ownership.belongs_to).
+    ours: bool = True
+
+
+def token_exchange_condition(obs: ProviderObservation) -> Cond:
+    """TokenExchangeReady exactly as the CRD reference lists its reasons."""
+    if obs.api_error is not None:
+        return Cond(
+            "False",
+            PROVIDER_REJECTED,
+            f"the API server refused to read or write the TokenExchangeProvider: {obs.api_error}; "
+            "check that user-authn is enabled and the module may manage tokenexchangeproviders",
+        )
+    if not obs.issuer_published:
+        return Cond(
+            "False",
+            AWAITING_ISSUER,
+            "the peer has not published the issuer of its ServiceAccount tokens yet; it appears with its next offer",
+        )
+    if obs.jwks_problem is not None:
+        return Cond(
+            "False",
+            PROVIDER_REJECTED,
+            f"the keys the peer published are not usable ({obs.jwks_problem}); the peer must publish a JWK Set",
+        )
+    if obs.obj is None:
+        return Cond("False", PROVIDER_PENDING, "the TokenExchangeProvider is being created")
+    meta = obs.obj.get("metadata") or {}
+    if not obs.ours:
+        return Cond(
+            "False",
+            FOREIGN_PROVIDER,
+            f"a TokenExchangeProvider named {meta.get('name')} exists and was not written by the peering module; "
+            "delete or rename it so the module can create its own",
+        )
+    if meta.get("deletionTimestamp"):
+        return Cond(
+            "False", PROVIDER_DELETING, "the TokenExchangeProvider is being deleted; it is created again once gone"
+        )
+    status = obs.obj.get("status")
+    if status is None:
+        return Cond("False", PROVIDER_PENDING, "user-authn has not applied the TokenExchangeProvider yet")
+    if not isinstance(status, dict) or not isinstance(status.get("conditions", []), list):
+        return Cond("False", PROVIDER_NOT_READY, "the status of the TokenExchangeProvider cannot be read")
+    ready = get_condition(status.get("conditions"), "Ready")
+    generation = meta.get("generation")
+    seen = status.get("observedGeneration")
+    if ready is not None and ready.get("observedGeneration") is not None:
+        seen = ready.get("observedGeneration")
+    if ready is None or (isinstance(generation, int) and isinstance(seen, int) and seen < generation):
+        return Cond("False", PROVIDER_PENDING, "user-authn has not applied the latest TokenExchangeProvider yet")
+    if ready.get("status") == "True":
+        return Cond("True", PROVIDER_READY, "Dex exchanges the tokens of the peer's consumers")
+    reason = ready.get("reason")
+    message = str(ready.get("message") or "")
+    if reason in USER_AUTHN_REASONS:
+        return Cond("False", reason, message)
+    return Cond(
+        "False",
+        PROVIDER_NOT_READY,
+        f"user-authn reports the TokenExchangeProvider not ready (reason {reason!r}): {message}".rstrip(": "),
+    )
+
+
+# --- self-check --------------------------------------------------------------------------------------------------
+
+CLIENT_CERT_REQUIRED = "ClientCertRequired"
+CLIENT_CERT_NOT_REQUIRED = "ClientCertNotRequired"
+ENTRANCE_UNREACHABLE = "EntranceUnreachable"
+PEERING_ROOT_CERT = "PeeringRootCert"
+FOREIGN_CERT = "ForeignCert"
+
+
+def client_cert_condition(probe: str, detail: str = "") -> Cond:
+    """ClientCertEnforced from the probe without a client certificate.
+
+    probe: "refused" (the handshake or the request was refused for want of a client certificate), "served" (an
+    answer came back), "unreachable" (no connection, or an answer that is not the gateway serving).
+    """
+    if probe == "refused":
+        return Cond("True", CLIENT_CERT_REQUIRED, "the entrance refuses a request without a client certificate")
+    if probe == "served":
+        return Cond(
+            "False",
+            CLIENT_CERT_NOT_REQUIRED,
+            "the entrance let a request without a client certificate through: something in front of it terminates "
+            "TLS; pass connections to peering-gateway without TLS decryption",
+        )
+    return Cond(
+        "Unknown",
+        ENTRANCE_UNREACHABLE,
+        "the self-check could not reach the entrance" + (f": {detail}" if detail else ""),
+    )
+
+
+def server_cert_condition(cert_pem: str | None, ca_pem: str, host: str, now: datetime, detail: str = "") -> Cond:
+    """ServerCertOurs from the certificate the entrance presented (None: the handshake brought none)."""
+    from control import pki  # certificates need the crypto backend; the other choosers do not
+
+    if not cert_pem:
+        return Cond(
+            "Unknown",
+            ENTRANCE_UNREACHABLE,
+            "the handshake with the entrance brought no certificate" + (f": {detail}" if detail else ""),
+        )
+    try:
+        ours = pki.issued_by(cert_pem, ca_pem) and host in pki.dns_names(cert_pem)
+        valid = pki.valid_at(cert_pem, now)
+    except pki.PKIError:
+        ours, valid = False, False
+    if ours and valid:
+        return Cond("True", PEERING_ROOT_CERT, f"the entrance presents the peering CA's certificate for {host}")
+    if ours:
+        return Cond(
+            "False",
+            FOREIGN_CERT,
+            f"the entrance certificate for {host} is expired or not yet valid; peers cannot connect. "
+            "It is renewed by the control loop; check the Secret peering-gateway-tls and the clocks",
+        )
+    return Cond(
+        "False",
+        FOREIGN_CERT,
+        f"the entrance presents a certificate not issued by the peering CA for {host}; peers cannot connect. "
+        "Pass connections to peering-gateway to the module without TLS termination",
+    )
+
+
+# --- Ready and phase ---------------------------------------------------------------------------------------------
+
+PEERING_READY = "PeeringReady"
+INVITE_PENDING = "InvitePending"
+INVITE_EXPIRED = "InviteExpired"
+JOINING = "Joining"
+CREDENTIALS_PENDING = "CredentialsPending"
+AWAITING_OFFER = "AwaitingOffer"
+PEER_UNREACHABLE = "PeerUnreachable"
+PEER_REFUSED_CERTIFICATE = "PeerRefusedCertificate"
+CREDENTIALS_FROM_OTHER_CA = "CredentialsFromOtherCA"
+INVALID_SPEC = "InvalidSpec"
+#: Join refusals and connection-string errors the administrator must fix: phase Error until the spec changes.
+PERMANENT_JOIN_REASONS = frozenset(
+    {
+        "TokenInvalid",
+        "TokenExpired",
+        "TokenUsed",
+        "ClusterNotExpected",
+        "Malformed",
+        "UnsupportedVersion",
+        "TooLong",
+        "Expired",
+        "PinMismatch",
+        "InvalidTokenTTL",
+        INVALID_SPEC,
+    }
+)
+#: Sync failures that leave the peering Active with Ready=False.
+SYNC_REASONS = frozenset({PEER_UNREACHABLE, PEER_REFUSED_CERTIFICATE, "OfferInvalid", "OfferTooLarge"})
+
+
+@dataclass(frozen=True)
+class PeeringState:
+    """What the reconciler knows about one ClusterPeer, reduced to what Ready and the phase depend on."""
+
+    type: str  # "Invite" or "Join"
+    #: Credentials in the peer Secret: "none", "partial" (one direction: the peer's CA and our client cert, or
+    #: the cert we issued, but not both), "complete" (both directions: the peering is established).
+    credentials: str = "none"
+    #: The credentials were issued by a peering CA other than the current one (module re-enabled).
+    credentials_from_other_ca: bool = False
+    #: A spec problem found before any network call: (reason, message), e.g. InvalidTokenTTL, Malformed.
+    spec_error: tuple[str, str] | None = None
+    #: status.invite of an Invite ClusterPeer.
+    invite: dict | None = None
+    #: The last join attempt's failure: (reason, message), e.g. TokenUsed or JoinEndpointUnreachable.
+    join_error: tuple[str, str] | None = None
+    #: Whether status.peer holds an accepted offer.
+    has_peer_offer: bool = False
+    #: The last sync's failure: (reason in SYNC_REASONS, message), None after a successful sync.
+    sync_error: tuple[str, str] | None = None
+    #: TokenExchangeReady as chosen by token_exchange_condition.
+    token_exchange: Cond | None = None
+
+
+@dataclass(frozen=True)
+class Readiness:
+    phase: str
+    ready: Cond
+
+
+def _now_text(now: datetime | None) -> str:
+    return format_time(now) if now else ""
+
+
+def readiness(state: PeeringState, now: datetime | None = None) -> Readiness:
+    """The phase and the Ready condition. Ready is True only when the peering works end to end; the self-check
+    conditions never affect it, TokenExchangeReady only through ProviderRejected and ForeignProvider."""
+    if state.credentials_from_other_ca:
+        return Readiness(
+            ERROR,
+            Cond(
+                "False",
+                CREDENTIALS_FROM_OTHER_CA,
+                "the credentials of this peering were issued by a peering CA that no longer exists (the module was "
+                "disabled and enabled again); delete this ClusterPeer and establish the peering anew on both clusters",
+            ),
+        )
+    if state.credentials == "complete":
+        return Readiness(ACTIVE, _active_ready(state))
+
+    if state.spec_error is not None:
+        reason, message = state.spec_error
+        return Readiness(ERROR, Cond("False", reason, message))
+    if state.credentials == "partial":
+        who = "the joining cluster" if state.type == "Invite" else "the inviting cluster"
+        return Readiness(
+            PENDING,
+            Cond(
+                "False",
+                CREDENTIALS_PENDING,
+                f"the connection string was accepted; waiting for the credentials exchange with {who} to complete",
+            ),
+        )
+    if state.type == "Invite":
+        inv = state.invite or {}
+        if not inv.get("tokenHash"):
+            return Readiness(PENDING, Cond("False", INVITE_PENDING, "the connection string is being issued"))
+        from control.rules.invite import parse_time  # the invite rules own the time format of status.invite
+
+        expires = parse_time(inv.get("expiresAt"))
+        if inv.get("used") is not True and expires is not None and now is not None and now >= expires:
+            return Readiness(
+                PENDING,
+                Cond("False", INVITE_EXPIRED, "the connection string expired unused; a new one is being issued"),
+            )
+        return Readiness(
+            PENDING,
+            Cond(
+                "False",
+                INVITE_PENDING,
+                "waiting for the other cluster to join with status.invite.connectionString"
+                + (f" (valid until {inv.get('expiresAt')})" if inv.get("expiresAt") else ""),
+            ),
+        )
+    if state.join_error is not None:
+        reason, message = state.join_error
+        return Readiness(ERROR if reason in PERMANENT_JOIN_REASONS else PENDING, Cond("False", reason, message))
+    return Readiness(PENDING, Cond("False", JOINING, "joining the inviting cluster"))
+
+
+def _active_ready(state: PeeringState) -> Cond:
+    te = state.token_exchange
+    if state.sync_error is not None:
+        reason, message = state.sync_error
+        if reason == PEER_REFUSED_CERTIFICATE and not message:
+            message = (
+                "the peer refused our client certificate: it has probably revoked this peering (deleted its "
+                "ClusterPeer). If so, delete this ClusterPeer too; access stays until then"
+            )
+        return Cond("False", reason, message)
+    if te is not None and te.reason in (PROVIDER_REJECTED, FOREIGN_PROVIDER):
+        return Cond("False", te.reason, te.message)
+    if not state.has_peer_offer:
+        return Cond("False", AWAITING_OFFER, "waiting for the peer's first offer")
+    return Cond("True", PEERING_READY, "the peering works")
