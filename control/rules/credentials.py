@@ -1,0 +1,70 @@
+"""The per-peer credentials Secret `peer-<clusterpeer>` (docs/internals.md): its desired shape, how far the
+exchange got, whether the current peering CA issued it, and when our client certificate needs renewal."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from datetime import datetime
+
+from control import pki
+from control.rules import ownership
+
+KEYS = ("peer-ca.crt", "client.key", "client.crt", "issued.crt", "peer-uuid", "peer-entrance")
+
+
+def secret_name(clusterpeer: str) -> str:
+    return ownership.bounded_name(f"peer-{clusterpeer}")
+
+
+def peer_secret(clusterpeer: dict, namespace: str, values: dict[str, str]) -> dict:
+    """The Secret object with the given keys (text values; absent keys are left out), labelled and owned."""
+    cp_name = clusterpeer["metadata"]["name"]
+    unknown = set(values) - set(KEYS)
+    if unknown:
+        raise ValueError(f"unknown keys for a peer Secret: {', '.join(sorted(unknown))}")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": secret_name(cp_name),
+            "namespace": namespace,
+            "labels": ownership.labels(cp_name),
+            "ownerReferences": [ownership.owner_reference(clusterpeer)],
+        },
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items()) if v},
+    }
+
+
+def secret_values(secret: dict | None) -> dict[str, str]:
+    """The text values of a peer Secret as the API returns it (base64 data); unreadable keys are left out."""
+    out = {}
+    for k, v in ((secret or {}).get("data") or {}).items():
+        try:
+            out[k] = base64.b64decode(v, validate=True).decode()
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class CredentialsState:
+    #: "none", "partial" (one direction only) or "complete" (both certificates exist): conditions.PeeringState.
+    progress: str
+    #: The certificate we issued to the peer was not signed by the current peering CA (module re-enabled).
+    from_other_ca: bool = False
+    #: Our client certificate toward the peer is due for renewal over /peering/v1/certificate.
+    renew_client_cert: bool = False
+
+
+def credentials_state(values: dict[str, str], ca_pem: str, now: datetime) -> CredentialsState:
+    """How far the exchange got, read from the Secret's values."""
+    have_ours = bool(values.get("client.crt") and values.get("client.key") and values.get("peer-ca.crt"))
+    have_issued = bool(values.get("issued.crt"))
+    if not (have_ours or have_issued):
+        return CredentialsState("none")
+    other_ca = have_issued and not pki.issued_by(values["issued.crt"], ca_pem)
+    progress = "complete" if have_ours and have_issued else "partial"
+    renew = have_ours and pki.needs_renewal(values["client.crt"], now)
+    return CredentialsState(progress, other_ca, renew)
