@@ -1,0 +1,795 @@
+"""The emulated kube-apiserver: an aiohttp TLS server that authenticates and authorizes every request, routes it
+as kube-apiserver's request-info parser does, and answers with the store's objects, tables, watch streams and
+Status errors. The rules live in the other modules of this package; this file moves data in and out."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import os
+import pathlib
+import ssl
+import tempfile
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+from urllib.parse import urlsplit
+
+import yaml
+from aiohttp import web
+
+from lab.apiserver import discovery, errors, patch, table
+from lab.apiserver.auth import rbac, reviews, sensitive
+from lab.apiserver.auth.authn import Authenticator
+from lab.apiserver.auth.tokens import ServiceAccountIssuer
+from lab.apiserver.auth.types import Attributes, UserInfo
+from lab.apiserver.crud import CRD_KEY, NAMESPACE_KEY, Objects
+from lab.apiserver.gc import GarbageCollector
+from lab.apiserver.resources import Registry, ResourceInfo
+from lab.apiserver.selectors import field_predicate, label_predicate
+from lab.apiserver.store import Store
+
+log = logging.getLogger(__name__)
+
+LAB_CRDS = pathlib.Path(__file__).parent / "crds"
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+MAX_BODY = 3 * 1024 * 1024   # kube-apiserver's request body limit
+PUBLIC_PATHS = {"/version", "/healthz", "/readyz", "/livez", "/.well-known/openid-configuration", "/openid/v1/jwks"}
+# Paths under these are served without a trailing path check (healthz/ping, readyz/etcd ...).
+PUBLIC_PREFIXES = ("/healthz/", "/readyz/", "/livez/", "/version/")
+NAMESPACE_SUBRESOURCES = {"status", "finalize"}
+
+_REVIEWS = {
+    ("authentication.k8s.io", "tokenreviews"): reviews.token_review,
+    ("authentication.k8s.io", "selfsubjectreviews"): reviews.self_subject_review,
+    ("authorization.k8s.io", "subjectaccessreviews"): reviews.subject_access_review,
+    ("authorization.k8s.io", "selfsubjectaccessreviews"): reviews.self_subject_access_review,
+    ("authorization.k8s.io", "selfsubjectrulesreviews"): reviews.self_subject_rules_review,
+}
+
+
+def _dump(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _json_response(obj, status: int = 200, headers: dict | None = None) -> web.Response:
+    return web.Response(body=_dump(obj), status=status, content_type="application/json", headers=headers)
+
+
+@dataclass
+class ReviewContext:
+    """What the auth code's review handlers get for a request."""
+
+    user: UserInfo
+    namespace: str | None
+    name: str | None
+    authorizer: rbac.Authorizer
+    authenticator: Authenticator
+    sa_issuer: ServiceAccountIssuer
+    list_objects: object
+
+
+@dataclass
+class RequestInfo:
+    """A request as kube-apiserver's RequestInfoFactory sees it."""
+
+    resource_request: bool
+    verb: str
+    path: str
+    group: str = ""
+    version: str = ""
+    plural: str = ""
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str = ""
+    query: dict = field(default_factory=dict)
+
+    def attributes(self) -> Attributes:
+        if not self.resource_request:
+            return Attributes(verb=self.verb, resource_request=False, path=self.path)
+        return Attributes(verb=self.verb, resource_request=True, api_group=self.group, resource=self.plural,
+                          subresource=self.subresource, namespace=self.namespace or "", name=self.name or "")
+
+
+def parse_request(method: str, path: str, query) -> RequestInfo:
+    """Split /api/v1/namespaces/ns/configmaps/x/status into its parts, and name the verb."""
+    http_verb = method.lower()
+    parts = [p for p in path.split("/") if p]
+    if not parts or parts[0] not in ("api", "apis"):
+        return RequestInfo(False, http_verb, path)
+    if parts[0] == "api":
+        if len(parts) < 2:
+            return RequestInfo(False, http_verb, path)
+        group, version, rest = "", parts[1], parts[2:]
+    else:
+        if len(parts) < 3:
+            return RequestInfo(False, http_verb, path)
+        group, version, rest = parts[1], parts[2], parts[3:]
+    if not rest:
+        return RequestInfo(False, http_verb, path)
+    watch_prefix = False
+    if rest[0] == "watch":
+        watch_prefix, rest = True, rest[1:]
+    info = RequestInfo(True, "", path, group=group, version=version, query=dict(query))
+    if len(rest) >= 2 and rest[0] == "namespaces":
+        info.namespace = rest[1]
+        if len(rest) > 2 and rest[2] not in NAMESPACE_SUBRESOURCES:
+            rest = rest[2:]
+        else:
+            rest = ["namespaces", rest[1]] + rest[2:]
+    if not rest:
+        raise errors.ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+    info.plural = rest[0]
+    if len(rest) > 1:
+        info.name = rest[1]
+    if len(rest) > 2:
+        info.subresource = rest[2]
+    if len(rest) > 3:
+        raise errors.ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+    watching = watch_prefix or str(query.get("watch", "")).lower() in ("true", "1")
+    if http_verb == "get":
+        info.verb = "watch" if watching else ("get" if info.name else "list")
+    elif http_verb == "post":
+        info.verb = "create"
+    elif http_verb == "put":
+        info.verb = "update"
+    elif http_verb == "patch":
+        info.verb = "patch"
+    elif http_verb == "delete":
+        info.verb = "delete" if info.name else "deletecollection"
+    else:
+        info.verb = http_verb
+    return info
+
+
+def _accepts_table(accept: str) -> bool:
+    return "as=Table" in accept and "g=meta.k8s.io" in accept
+
+
+def _check_accept(accept: str) -> None:
+    if not accept:
+        return
+    for part in accept.split(","):
+        media = part.split(";")[0].strip().lower()
+        if media in ("application/json", "*/*", "application/*", "application/yaml", "") or media.endswith("+json"):
+            return
+    raise errors.ApiError(406, "NotAcceptable",
+                          f"only application/json is served here, not {accept}; ask for application/json")
+
+
+def _server_ssl(cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    # ssl can only load a key pair from files; they live for the call only, in a private directory.
+    with tempfile.TemporaryDirectory() as tmp:
+        cert_file, key_file = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
+        with open(cert_file, "wb") as f:
+            f.write(cert_pem)
+        with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
+            f.write(key_pem)
+        ctx.load_cert_chain(cert_file, key_file)
+    ctx.load_verify_locations(cadata=client_ca_pem.decode())
+    # Client certificates are asked for but optional: tokens authenticate the rest, as in kube-apiserver.
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+def _load_yaml_documents(path: pathlib.Path) -> list[dict]:
+    files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml", ".json")) if path.is_dir() else [path]
+    out = []
+    for f in files:
+        with open(f, encoding="utf-8") as fh:
+            out += [d for d in yaml.safe_load_all(fh) if d]
+    return out
+
+
+class ApiServer:
+    """One emulated cluster's kube-apiserver (and the controllers of kube-controller-manager it needs)."""
+
+    def __init__(self, *, name: str, crd_paths: list[pathlib.Path], serving_cert_pem: bytes, serving_key_pem: bytes,
+                 client_ca_pem: bytes, issuer_url: str | None = None, oidc=(), bookmark_interval: float = 60.0,
+                 history: int = 1000, watch_queue: int = 1000) -> None:
+        self.name = name
+        self.url = ""
+        self.port = 0
+        self.bookmark_interval = bookmark_interval
+        self._ssl = _server_ssl(serving_cert_pem, serving_key_pem, client_ca_pem)
+        self._issuer_fixed = issuer_url is not None
+        self.sa_issuer = ServiceAccountIssuer(issuer_url or "https://127.0.0.1")
+        self.store = Store(history=history, watch_queue=watch_queue)
+        self.registry = Registry()
+        self.objects = Objects(self.store, self.registry)
+        self.gc = GarbageCollector(self.objects)
+        self._oidc = list(oidc)
+        self.authenticator = Authenticator(client_ca_pem, self.sa_issuer, self._oidc, self.list_objects)
+        self.authorizer = rbac.Authorizer(self.list_objects)
+        self._apply_previous: dict[tuple, dict] = {}   # (key, ns, name, manager) -> last applied config
+        self._runner: web.AppRunner | None = None
+        self._watchers: set = set()
+        self._stopping = False
+        for ns in DEFAULT_NAMESPACES:
+            self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for obj in rbac.bootstrap_objects():
+            self.create(obj)
+        loaded: set[str] = set()
+        for path in [LAB_CRDS, *[pathlib.Path(p) for p in crd_paths]]:
+            for doc in _load_yaml_documents(path):
+                if doc.get("kind") != "CustomResourceDefinition":
+                    continue
+                if doc["metadata"]["name"] in loaded:
+                    raise ValueError(f"CRD {doc['metadata']['name']} is given twice (again in {path}); pass each "
+                                     "CRD file once")
+                loaded.add(doc["metadata"]["name"])
+                self.create(doc)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=self._ssl)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        self.url = f"https://{host}:{self.port}"
+        if not self._issuer_fixed:
+            self.sa_issuer.issuer_url = self.url
+        self.gc.start()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for w in list(self._watchers):
+            w.overflowed = True
+            try:
+                w.queue.put_nowait(None)
+            except asyncio.QueueFull:
+                pass
+        await self.gc.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def add_oidc(self, authenticator) -> None:
+        """Trust another OIDC issuer for bearer tokens (the lab's Dex starts after the API server)."""
+        self._oidc.append(authenticator)
+
+    # ------------------------------------------------------------ in-process access (no HTTP, no auth)
+
+    def list_objects(self, group: str, plural: str, namespace: str | None) -> list[dict]:
+        return self.store.list((group, plural), namespace)
+
+    def _info(self, group: str, plural: str) -> ResourceInfo:
+        info = self.registry.any_version(group, plural)
+        if info is None:
+            raise errors.ApiError(404, "NotFound", f"the server doesn't have a resource type "
+                                                   f'"{errors.resource_label(group, plural)}"')
+        return info
+
+    def _info_of(self, obj: dict) -> ResourceInfo:
+        info = self.registry.by_kind(obj.get("apiVersion", ""), obj.get("kind", ""))
+        if info is None:
+            raise errors.ApiError(404, "NotFound", f'no resource of kind {obj.get("kind")!r} in '
+                                                   f'{obj.get("apiVersion")!r} is served here')
+        return info
+
+    def get(self, group: str, plural: str, name: str, namespace: str | None = None) -> dict | None:
+        obj = self.store.get((group, plural), namespace, name)
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def list(self, group: str, plural: str, namespace: str | None = None,
+             label_selector: str | None = None) -> list[dict]:
+        match = label_predicate(label_selector)
+        return [copy.deepcopy(o) for o in self.store.list((group, plural), namespace) if match is None or match(o)]
+
+    def create(self, obj: dict) -> dict:
+        info = self._info_of(obj)
+        ns = (obj.get("metadata") or {}).get("namespace")
+        stored, _ = self.objects.create(info, copy.deepcopy(obj), ns, field_validation="Ignore")
+        return copy.deepcopy(stored)
+
+    def update(self, obj: dict, subresource: str | None = None) -> dict:
+        info = self._info_of(obj)
+        meta = obj.get("metadata") or {}
+        stored, _ = self.objects.update(info, copy.deepcopy(obj), meta.get("namespace"), meta.get("name", ""),
+                                        subresource=subresource, field_validation="Ignore")
+        return copy.deepcopy(stored)
+
+    def delete(self, group: str, plural: str, name: str, namespace: str | None = None) -> None:
+        self.objects.delete(self._info(group, plural), namespace, name)
+
+    async def watch(self, group: str, plural: str, namespace: str | None = None,
+                    resource_version: str | None = None) -> AsyncIterator[tuple[str, dict]]:
+        """Events of a resource: ADDED for what exists (without a resource_version), then every change."""
+        key = (group, plural)
+        rv = int(resource_version) if resource_version else None
+        initial = None if rv else self.store.list(key, namespace)
+        w = self.store.watch(key, namespace, None, rv, initial)
+        self._watchers.add(w)
+        try:
+            while True:
+                item = await w.queue.get()
+                if item is None or w.overflowed:
+                    raise errors.gone("the watch fell too far behind and was closed; list again and watch from "
+                                      "the new resourceVersion")
+                yield item[0], copy.deepcopy(item[1])
+        finally:
+            self._watchers.discard(w)
+            self.store.unwatch(key, w)
+
+    # ------------------------------------------------------------ HTTP
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._serve(request)
+        except errors.ApiError as exc:
+            return _json_response(exc.status(), exc.code)
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception:
+            log.exception("internal error serving %s %s", request.method, request.path)
+            return _json_response(errors.ApiError(500, "InternalError",
+                                                  "an internal error occurred; the server log has the details")
+                                  .status(), 500)
+
+    async def _authenticate(self, request: web.Request) -> UserInfo | None:
+        der = None
+        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+        if ssl_object is not None:
+            der = ssl_object.getpeercert(binary_form=True)
+        return await self.authenticator.authenticate(request.headers, der)
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        user = await self._authenticate(request)
+        if user is None:
+            presented = "Authorization" in request.headers
+            if presented or not (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)):
+                raise errors.ApiError(401, "Unauthorized", "Unauthorized")
+            user = UserInfo("system:anonymous", ("system:unauthenticated",))
+        info = parse_request(request.method, path, request.query)
+        attrs = info.attributes()
+        # The issuer discovery documents, health and version are for everyone (the lab's clusters publish their
+        # issuer the way Deckhouse does, with anonymous access to it); everything else goes through RBAC.
+        public = not info.resource_request and (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES))
+        if not public:
+            decision = self.authorizer.authorize(user, attrs)
+            if not decision.allowed:
+                raise rbac.forbidden(user, attrs, "")
+        _check_accept(request.headers.get("Accept", ""))
+        if not info.resource_request:
+            return await self._non_resource(request, info)
+        return await self._resource(request, info, user)
+
+    # ------------------------------------------------------------ non-resource paths
+
+    async def _non_resource(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        path = info.path.rstrip("/") or "/"
+        if request.method not in ("GET", "HEAD"):
+            raise errors.ApiError(405, "MethodNotAllowed", f"{request.method} is not supported on {path}")
+        accept = request.headers.get("Accept", "")
+        if path in ("/healthz", "/readyz", "/livez") or path.startswith(PUBLIC_PREFIXES[:3]):
+            return web.Response(text="ok", content_type="text/plain")
+        if path == "/version":
+            return _json_response(discovery.KUBE_VERSION)
+        if path == "/.well-known/openid-configuration":
+            return _json_response(self.sa_issuer.discovery_document())
+        if path == "/openid/v1/jwks":
+            return web.Response(body=_dump(self.sa_issuer.jwks()), content_type="application/jwk-set+json")
+        if path == "/api":
+            if discovery.wants_aggregated(accept):
+                return web.Response(body=_dump(discovery.aggregated(self.registry, legacy=True)),
+                                    headers={"Content-Type": discovery.AGGREGATED_CONTENT_TYPE})
+            return _json_response(discovery.api_versions(f"127.0.0.1:{self.port}"))
+        if path == "/apis":
+            if discovery.wants_aggregated(accept):
+                return web.Response(body=_dump(discovery.aggregated(self.registry, legacy=False)),
+                                    headers={"Content-Type": discovery.AGGREGATED_CONTENT_TYPE})
+            return _json_response(discovery.api_group_list(self.registry))
+        parts = [p for p in path.split("/") if p]
+        if parts[0] == "api" and len(parts) == 2:
+            doc = discovery.resource_list(self.registry, "", parts[1])
+            if doc:
+                return _json_response(doc)
+        if parts[0] == "apis" and len(parts) == 2:
+            doc = discovery.api_group(self.registry, parts[1])
+            if doc:
+                return _json_response(doc)
+        if parts[0] == "apis" and len(parts) == 3:
+            doc = discovery.resource_list(self.registry, parts[1], parts[2])
+            if doc:
+                return _json_response(doc)
+        if path == "/openapi/v3":
+            return _json_response(discovery.openapi_v3_root(self.registry))
+        if parts[:2] == ["openapi", "v3"] and len(parts) >= 4:
+            group, version = ("", parts[3]) if parts[2] == "api" else (parts[3], parts[4] if len(parts) > 4 else "")
+            doc = discovery.openapi_v3_document(self.registry, group, version)
+            if doc:
+                return _json_response(doc)
+        raise errors.ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+
+    # ------------------------------------------------------------ resource requests
+
+    def _resource_info(self, info: RequestInfo) -> ResourceInfo:
+        res = self.registry.get(info.group, info.version, info.plural)
+        if res is None:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        if res.namespaced and info.plural != "namespaces" and info.namespace is None and info.name:
+            raise errors.ApiError(404, "NotFound", f"{info.plural} is namespaced: name the namespace in the path "
+                                                   f"(/namespaces/<ns>/{info.plural}/{info.name})")
+        if not res.namespaced and info.plural != "namespaces" and info.namespace is not None:
+            raise errors.ApiError(404, "NotFound", f"{info.plural} is cluster-scoped: remove /namespaces/"
+                                                   f"{info.namespace} from the path")
+        if info.subresource and info.subresource not in res.subresources:
+            raise errors.ApiError(404, "NotFound", f'{info.plural} has no subresource "{info.subresource}"')
+        if info.verb not in res.verbs and not info.subresource:
+            raise errors.ApiError(405, "MethodNotAllowed",
+                                  f"{info.verb} is not supported on {info.plural}; it supports {', '.join(res.verbs)}")
+        return res
+
+    def _masker(self, res: ResourceInfo, user: UserInfo, attrs: Attributes):
+        """A function presenting objects to this user: version and sensitive-field masking."""
+        must_mask = bool(res.sensitive_paths) and not self.authorizer.authorize(
+            user, sensitive.sensitive_attributes(attrs)).allowed
+        paths = list(res.sensitive_paths)
+        api_version = res.group_version
+
+        def present(obj: dict) -> dict:
+            if obj.get("apiVersion") not in (None, api_version):
+                obj = dict(obj, apiVersion=api_version)
+            return sensitive.mask(obj, paths) if must_mask else obj
+
+        return present
+
+    async def _body(self, request: web.Request, allow_yaml: bool = True):
+        raw = await request.read()
+        if not raw:
+            raise errors.bad_request("the request needs a body: the object to write, as JSON")
+        ctype = request.content_type
+        try:
+            if ctype in ("application/yaml", patch.APPLY_YAML) and allow_yaml:
+                return yaml.safe_load(raw)
+            return json.loads(raw)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise errors.bad_request(f"the body is not valid {'YAML' if 'yaml' in ctype else 'JSON'}: {exc}")
+
+    @staticmethod
+    def _field_validation(query) -> str:
+        value = query.get("fieldValidation", "Warn") or "Warn"
+        if value not in ("Strict", "Warn", "Ignore"):
+            raise errors.bad_request(f'fieldValidation "{value}" is not one of Strict, Warn, Ignore')
+        return value
+
+    @staticmethod
+    def _dry_run(query) -> bool:
+        values = query.getall("dryRun", []) if hasattr(query, "getall") else []
+        if any(v not in ("All",) for v in values):
+            raise errors.bad_request('dryRun accepts only "All"')
+        return bool(values)
+
+    @staticmethod
+    def _warnings_header(warnings: list[str]) -> dict:
+        if not warnings:
+            return {}
+        return {"Warning": ", ".join('299 - ' + json.dumps(w) for w in warnings)}
+
+    async def _resource(self, request: web.Request, info: RequestInfo, user: UserInfo) -> web.StreamResponse:
+        res = self._resource_info(info)
+        attrs = info.attributes()
+        query = request.query
+        verb = info.verb
+        if res.create_only or (res.key == ("", "serviceaccounts") and info.subresource == "token"):
+            return await self._review(request, info, res, user)
+        if verb == "get":
+            obj = self._get_or_404(res, info)
+            present = self._masker(res, user, attrs)
+            if info.subresource and info.subresource != "status":
+                raise errors.ApiError(405, "MethodNotAllowed", f"get is not supported on {info.subresource}")
+            return self._respond_objects(request, res, [present(obj)], single=True)
+        if verb == "list":
+            objs = self._select(res, info, query)
+            present = self._masker(res, user, attrs)
+            return self._respond_objects(request, res, [present(o) for o in objs], single=False)
+        if verb == "watch":
+            return await self._watch(request, res, info, user, attrs)
+        if verb == "create":
+            if info.name and not info.subresource:
+                raise errors.ApiError(405, "MethodNotAllowed", "POST goes to the collection, not to a named object")
+            body = await self._body(request)
+            self._check_rbac_write(res, body, user, info.namespace)
+            obj, warnings = self.objects.create(res, body, info.namespace, self._field_validation(query),
+                                                self._dry_run(query))
+            return _json_response(self._masker(res, user, attrs)(obj), 201, self._warnings_header(warnings))
+        if verb == "update":
+            body = await self._body(request)
+            if info.subresource and info.subresource != "status":
+                raise errors.ApiError(405, "MethodNotAllowed", f"update is not supported on {info.subresource}")
+            if info.subresource != "status":
+                self._check_rbac_write(res, body, user, info.namespace)
+            obj, warnings = self.objects.update(res, body, info.namespace, info.name, info.subresource or None,
+                                                self._field_validation(query), self._dry_run(query))
+            return _json_response(self._masker(res, user, attrs)(obj), 200, self._warnings_header(warnings))
+        if verb == "patch":
+            return await self._patch(request, res, info, user, attrs)
+        if verb == "delete":
+            return await self._delete(request, res, info)
+        if verb == "deletecollection":
+            for obj in self._select(res, info, query):
+                try:
+                    self.objects.delete(res, obj["metadata"].get("namespace"), obj["metadata"]["name"],
+                                        query.get("propagationPolicy"))
+                except errors.ApiError as exc:
+                    if exc.code != 404:
+                        raise
+            return _json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+        raise errors.ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
+
+    def _get_or_404(self, res: ResourceInfo, info: RequestInfo) -> dict:
+        ns = info.namespace if res.namespaced else None
+        obj = self.store.get(res.key, ns, info.name)
+        if obj is None:
+            raise errors.not_found(res.group, res.plural, info.name)
+        return obj
+
+    def _select(self, res: ResourceInfo, info: RequestInfo, query) -> list[dict]:
+        ns = info.namespace if res.namespaced else None
+        objs = self.store.list(res.key, ns)
+        lp = label_predicate(query.get("labelSelector"))
+        fp = field_predicate(query.get("fieldSelector"), res.group, res.plural)
+        if lp or fp:
+            objs = [o for o in objs if (lp is None or lp(o)) and (fp is None or fp(o))]
+        return objs
+
+    def _respond_objects(self, request: web.Request, res: ResourceInfo, objs: list[dict], single: bool):
+        rv = str(self.store.current_rv)
+        if _accepts_table(request.headers.get("Accept", "")):
+            include = request.query.get("includeObject", "Metadata")
+            if single:
+                rv = objs[0]["metadata"].get("resourceVersion", rv)
+            return _json_response(table.table(res, objs, rv, include))
+        if single:
+            return _json_response(objs[0])
+        return _json_response({"kind": res.kind + "List", "apiVersion": res.group_version,
+                               "metadata": {"resourceVersion": rv}, "items": objs})
+
+    def _check_rbac_write(self, res: ResourceInfo, body, user: UserInfo, namespace: str | None) -> None:
+        """RBAC's escalation prevention: grant only what you hold, unless you may escalate or bind."""
+        if res.group != "rbac.authorization.k8s.io" or not isinstance(body, dict):
+            return
+        obj = dict(body, kind=res.kind)
+        obj["metadata"] = dict(body.get("metadata") or {})
+        if res.namespaced and namespace:
+            obj["metadata"]["namespace"] = namespace
+        if res.plural in ("roles", "clusterroles"):
+            decision = self.authorizer.check_role_write(user, obj)
+        else:
+            decision = self.authorizer.check_binding_write(user, obj)
+        if not decision.allowed:
+            name = obj["metadata"].get("name", "")
+            raise errors.ApiError(403, "Forbidden",
+                                  f'{res.plural}.{res.group} "{name}" is forbidden: {decision.reason}',
+                                  {"name": name, "group": res.group, "kind": res.plural})
+
+    async def _patch(self, request, res: ResourceInfo, info: RequestInfo, user: UserInfo, attrs) -> web.Response:
+        ctype = request.content_type
+        query = request.query
+        if ctype not in (patch.MERGE, patch.JSON_PATCH, patch.STRATEGIC, patch.APPLY_YAML):
+            raise errors.ApiError(415, "UnsupportedMediaType",
+                                  f'the patch content type "{ctype}" is not supported; use one of '
+                                  f"{patch.JSON_PATCH}, {patch.MERGE}, {patch.STRATEGIC}, {patch.APPLY_YAML}")
+        if info.subresource and info.subresource != "status":
+            raise errors.ApiError(405, "MethodNotAllowed", f"patch is not supported on {info.subresource}")
+        body = await self._body(request)
+        ns = info.namespace if res.namespaced else None
+        existing = self.store.get(res.key, ns, info.name)
+        fv = self._field_validation(query)
+        dry = self._dry_run(query)
+        if ctype == patch.APPLY_YAML:
+            manager = query.get("fieldManager")
+            if not manager:
+                raise errors.bad_request("fieldManager is required for apply requests (add ?fieldManager=<name>)")
+            if not isinstance(body, dict):
+                raise errors.bad_request("an apply patch is a whole object: apiVersion, kind, metadata and fields")
+            body_meta = body.get("metadata") or {}
+            if body_meta.get("name") and body_meta["name"] != info.name:
+                raise errors.bad_request(f'the name in the body ({body_meta["name"]}) does not match the URL '
+                                         f"({info.name})")
+            slot = (res.key, ns or "", info.name, manager, info.subresource)
+            previous = self._apply_previous.get(slot) if existing is not None else None
+            applied = copy.deepcopy(body)
+            if existing is None:
+                if info.subresource:
+                    raise errors.not_found(res.group, res.plural, info.name)
+                new_obj = copy.deepcopy(body)
+                new_obj.setdefault("metadata", {})["name"] = info.name
+                self._check_rbac_write(res, new_obj, user, ns)
+                obj, warnings = self.objects.create(res, new_obj, ns, fv, dry)
+                status = 201
+            else:
+                merged = patch.server_side_apply(existing, applied, previous)
+                merged.setdefault("metadata", {})["resourceVersion"] = (
+                    (body.get("metadata") or {}).get("resourceVersion") or existing["metadata"]["resourceVersion"])
+                if not info.subresource:
+                    self._check_rbac_write(res, merged, user, ns)
+                obj, warnings = self.objects.update(res, merged, ns, info.name, info.subresource or None, fv, dry,
+                                                    existing=existing)
+                status = 200
+            if not dry:
+                self._apply_previous[slot] = applied
+            return _json_response(self._masker(res, user, attrs)(obj), status, self._warnings_header(warnings))
+        if existing is None:
+            raise errors.not_found(res.group, res.plural, info.name)
+        if ctype == patch.JSON_PATCH:
+            patched = patch.json_patch(existing, body)
+        else:
+            if not isinstance(body, dict):
+                raise errors.bad_request("a merge patch is a JSON object")
+            if ctype == patch.STRATEGIC:
+                if res.custom:
+                    raise errors.ApiError(415, "UnsupportedMediaType",
+                                          "strategic merge patch is not supported for custom resources; "
+                                          "use a merge patch (--type=merge) or a JSON patch")
+                patched = patch.strategic_merge_patch(existing, body)
+            else:
+                patched = patch.merge_patch(existing, body)
+        if not isinstance(patched, dict):
+            raise errors.ApiError(422, "Invalid", "the patch turned the object into something other than an object")
+        if not info.subresource:
+            self._check_rbac_write(res, patched, user, ns)
+        obj, warnings = self.objects.update(res, patched, ns, info.name, info.subresource or None, fv, dry,
+                                            existing=existing)
+        return _json_response(self._masker(res, user, attrs)(obj), 200, self._warnings_header(warnings))
+
+    async def _delete(self, request, res: ResourceInfo, info: RequestInfo) -> web.Response:
+        options = {}
+        if request.can_read_body:
+            raw = await request.read()
+            if raw:
+                try:
+                    options = json.loads(raw)
+                except ValueError as exc:
+                    raise errors.bad_request(f"the DeleteOptions body is not valid JSON: {exc}")
+        propagation = request.query.get("propagationPolicy") or options.get("propagationPolicy")
+        if options.get("orphanDependents") is True and not propagation:
+            propagation = "Orphan"
+        ns = info.namespace if res.namespaced else None
+        obj, deleted = self.objects.delete(res, ns, info.name, propagation, options.get("preconditions"),
+                                           self._dry_run(request.query))
+        if deleted:
+            for slot in [s for s in self._apply_previous if s[:3] == (res.key, ns or "", info.name)]:
+                del self._apply_previous[slot]
+        if deleted and not res.custom and res.key != CRD_KEY:
+            meta = obj["metadata"]
+            return _json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                   "details": {"name": meta["name"], "group": res.group, "kind": res.plural,
+                                               "uid": meta.get("uid")}})
+        return _json_response(obj, 200 if deleted else 202)
+
+    async def _review(self, request, info: RequestInfo, res: ResourceInfo, user: UserInfo) -> web.Response:
+        if request.method != "POST":
+            raise errors.ApiError(405, "MethodNotAllowed", f"{res.plural} can only be created (POST)")
+        body = await self._body(request, allow_yaml=False)
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body must be a JSON object")
+        ctx = ReviewContext(user=user, namespace=info.namespace, name=info.name, authorizer=self.authorizer,
+                            authenticator=self.authenticator, sa_issuer=self.sa_issuer,
+                            list_objects=self.list_objects)
+        if info.subresource == "token":
+            self._get_or_404(res, info)
+            out = await reviews.token_request(ctx, body)
+        else:
+            out = await _REVIEWS[res.key](ctx, body)
+        return _json_response(out, 201)
+
+    # ------------------------------------------------------------ watch
+
+    async def _watch(self, request, res: ResourceInfo, info: RequestInfo, user: UserInfo, attrs) -> web.StreamResponse:
+        query = request.query
+        ns = info.namespace if res.namespaced else None
+        lp = label_predicate(query.get("labelSelector"))
+        fp = field_predicate(query.get("fieldSelector"), res.group, res.plural)
+        if info.name:   # GET /watch/.../name, the deprecated form
+            fp_name = field_predicate(f"metadata.name={info.name}")
+            fp = fp_name if fp is None else (lambda o, a=fp, b=fp_name: a(o) and b(o))
+        predicate = None
+        if lp or fp:
+            def predicate(o, lp=lp, fp=fp):
+                return (lp is None or lp(o)) and (fp is None or fp(o))
+        rv_text = query.get("resourceVersion", "")
+        send_initial = query.get("sendInitialEvents") == "true"
+        try:
+            rv = int(rv_text) if rv_text else None
+        except ValueError:
+            raise errors.bad_request(f'resourceVersion "{rv_text}" is not a number; pass one from a list or watch')
+        bookmarks = query.get("allowWatchBookmarks") == "true"
+        timeout = query.get("timeoutSeconds")
+        deadline = None
+        loop = asyncio.get_running_loop()
+        if timeout:
+            try:
+                deadline = loop.time() + max(0, int(timeout))
+            except ValueError:
+                raise errors.bad_request(f'timeoutSeconds "{timeout}" is not a number of seconds')
+        as_table = _accepts_table(request.headers.get("Accept", ""))
+        present = self._masker(res, user, attrs)
+        initial = None
+        if rv in (None, 0) or send_initial:
+            initial = self.store.list(res.key, ns)
+            rv = None
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
+                                                       "Cache-Control": "no-cache, private"})
+        await resp.prepare(request)
+        try:
+            w = self.store.watch(res.key, ns, predicate, rv, initial)
+        except errors.ApiError as exc:
+            # kube-apiserver's watch cache says "too old" inside the stream, as an ERROR event.
+            await resp.write(_dump({"type": "ERROR", "object": exc.status()}) + b"\n")
+            return resp
+        self._watchers.add(w)
+        columns_sent = False
+        initial_pending = w.queue.qsize() if send_initial else -1
+
+        def encode(kind: str, obj: dict) -> bytes:
+            nonlocal columns_sent
+            obj = present(obj)
+            if as_table:
+                obj = table.table(res, [obj], obj["metadata"].get("resourceVersion", ""),
+                                  query.get("includeObject", "Metadata"), with_columns=not columns_sent)
+                columns_sent = True
+            return _dump({"type": kind, "object": obj}) + b"\n"
+
+        def bookmark(extra_annotations: dict | None = None) -> bytes:
+            meta = {"resourceVersion": str(self.store.current_rv)}
+            if extra_annotations:
+                meta["annotations"] = extra_annotations
+            return _dump({"type": "BOOKMARK", "object": {"kind": res.kind, "apiVersion": res.group_version,
+                                                         "metadata": meta}}) + b"\n"
+
+        try:
+            if initial_pending == 0:
+                await resp.write(bookmark({"k8s.io/initial-events-end": "true"}))
+            next_bookmark = loop.time() + self.bookmark_interval
+            while not self._stopping:
+                now = loop.time()
+                if deadline is not None and now >= deadline:
+                    break
+                if bookmarks and now >= next_bookmark:
+                    await resp.write(bookmark())
+                    next_bookmark = now + self.bookmark_interval
+                try:
+                    item = w.queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    wait = 5.0   # wake now and then to notice a client that went away
+                    if bookmarks:
+                        wait = min(wait, next_bookmark - now)
+                    if deadline is not None:
+                        wait = min(wait, deadline - now)
+                    try:
+                        item = await asyncio.wait_for(w.queue.get(), max(wait, 0.001))
+                    except asyncio.TimeoutError:
+                        if request.transport is None or request.transport.is_closing():
+                            break
+                        continue
+                if item is None or w.overflowed:
+                    if not self._stopping:
+                        await resp.write(_dump({"type": "ERROR", "object": errors.gone(
+                            "the watch fell too far behind and was closed; list again and watch from the new "
+                            "resourceVersion").status()}) + b"\n")
+                    break
+                await resp.write(encode(*item))
+                if initial_pending > 0:
+                    initial_pending -= 1
+                    if initial_pending == 0:
+                        await resp.write(bookmark({"k8s.io/initial-events-end": "true"}))
+        except (ConnectionResetError, ConnectionError):
+            pass
+        finally:
+            self._watchers.discard(w)
+            self.store.unwatch(res.key, w)
+        return resp
+
+
+def server_url_host(url: str) -> str:
+    return urlsplit(url).hostname or ""

@@ -1,0 +1,400 @@
+"""Conformance of the emulated kube-apiserver through kubernetes-asyncio and raw HTTPS: CRUD, conflicts,
+generation, the status subresource, watch (resume, 410, bookmarks, selectors, timeouts), garbage collection,
+namespace deletion, 422s from schema and CEL, tables, authentication, RBAC and sensitive fields."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+
+import aiohttp
+import pytest
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+GROUP, VERSION = "peering.deckhouse.io", "v1alpha1"
+# kubernetes-asyncio picks json-patch for custom objects unless told; a real server would refuse a dict then too.
+MERGE = {"_content_type": "application/merge-patch+json"}
+
+
+def peer(name: str, **spec) -> dict:
+    body = {"type": "Join", "join": {"connectionString": "secret-connection-string"}}
+    body.update(spec)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterPeer", "metadata": {"name": name}, "spec": body}
+
+
+async def until(predicate, timeout: float = 5.0):
+    """Poll a condition of the server's controllers (they act after the write, like kube-controller-manager)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        if loop.time() > deadline:
+            pytest.fail("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+def _ssl(lab, cert_key=None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cadata=lab.ca_pem.decode())
+    if cert_key:
+        ctx.load_cert_chain(*cert_key)
+    return ctx
+
+
+async def raw(lab, method: str, path: str, *, headers=None, body=None, cert_key=None, token=None):
+    """One HTTPS request outside kubernetes-asyncio, to see status codes, headers and bodies as sent."""
+    headers = dict(headers or {})
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    async with aiohttp.ClientSession() as s:
+        async with s.request(method, lab.server.url + path, ssl=_ssl(lab, cert_key), headers=headers,
+                             data=json.dumps(body) if body is not None else None) as r:
+            text = await r.text()
+            return r.status, r.headers, (json.loads(text) if text.startswith("{") else text)
+
+
+@pytest.fixture
+def admin_files(lab, tmp_path):
+    from lab.apiserver.testing import ADMIN_GROUPS, issue_client_cert
+    cert, key = issue_client_cert(lab.server, "other-admin", ADMIN_GROUPS)
+    (tmp_path / "a.crt").write_bytes(cert)
+    (tmp_path / "a.key").write_bytes(key)
+    return str(tmp_path / "a.crt"), str(tmp_path / "a.key")
+
+
+# ---------------------------------------------------------------- CRUD
+
+async def test_configmap_crud_conflict_and_not_found(api):
+    v1 = client.CoreV1Api(api)
+    cm = await v1.create_namespaced_config_map("default", {"metadata": {"name": "c", "labels": {"a": "1"}},
+                                                           "data": {"k": "v"}})
+    assert cm.metadata.uid and cm.metadata.resource_version and cm.metadata.creation_timestamp
+    cm.data["k"] = "w"
+    updated = await v1.replace_namespaced_config_map("c", "default", cm)
+    assert int(updated.metadata.resource_version) > int(cm.metadata.resource_version)
+    cm.data["k"] = "stale"
+    with pytest.raises(ApiException) as exc:
+        await v1.replace_namespaced_config_map("c", "default", cm)   # still carries the old resourceVersion
+    assert exc.value.status == 409
+    assert json.loads(exc.value.body)["reason"] == "Conflict"
+    with pytest.raises(ApiException) as exc:
+        await v1.create_namespaced_config_map("default", {"metadata": {"name": "c"}})
+    assert exc.value.status == 409 and json.loads(exc.value.body)["reason"] == "AlreadyExists"
+    await v1.delete_namespaced_config_map("c", "default")
+    with pytest.raises(ApiException) as exc:
+        await v1.read_namespaced_config_map("c", "default")
+    body = json.loads(exc.value.body)
+    assert exc.value.status == 404 and body["reason"] == "NotFound" and body["message"] == 'configmaps "c" not found'
+
+
+async def test_secret_string_data_and_patches(api):
+    v1 = client.CoreV1Api(api)
+    await v1.create_namespaced_secret("default", {"metadata": {"name": "s"}, "stringData": {"a": "hello"}})
+    got = await v1.read_namespaced_secret("s", "default")
+    assert got.data == {"a": "aGVsbG8="} and got.type == "Opaque"
+    await v1.patch_namespaced_secret("s", "default", {"metadata": {"labels": {"x": "y"}}})
+    json_patched = await v1.patch_namespaced_secret(
+        "s", "default", [{"op": "add", "path": "/data/b", "value": "Yg=="}])
+    assert json_patched.data == {"a": "aGVsbG8=", "b": "Yg=="} and json_patched.metadata.labels == {"x": "y"}
+
+
+async def test_custom_resource_generation_and_status_subresource(api):
+    co = client.CustomObjectsApi(api)
+    obj = await co.create_cluster_custom_object(GROUP, VERSION, "clusterpeers", peer("p"))
+    assert obj["metadata"]["generation"] == 1
+    obj = await co.patch_cluster_custom_object(GROUP, VERSION, "clusterpeers", "p",
+                                               {"metadata": {"annotations": {"note": "x"}}}, **MERGE)
+    assert obj["metadata"]["generation"] == 1, "metadata changes do not bump generation"
+    obj = await co.patch_cluster_custom_object_status(GROUP, VERSION, "clusterpeers", "p",
+                                                      {"status": {"phase": "Active"}, "spec": {"capabilities": ["x"]}}, **MERGE)
+    assert obj["status"]["phase"] == "Active" and "capabilities" not in obj["spec"]
+    assert obj["metadata"]["generation"] == 1, "status writes do not bump generation"
+    obj = await co.patch_cluster_custom_object(GROUP, VERSION, "clusterpeers", "p",
+                                               {"spec": {"capabilities": ["dns"]}, "status": {"phase": "Error"}}, **MERGE)
+    assert obj["metadata"]["generation"] == 2 and obj["status"]["phase"] == "Active"
+    stale = dict(obj, metadata=dict(obj["metadata"], resourceVersion="1"))
+    with pytest.raises(ApiException) as exc:
+        await co.replace_cluster_custom_object_status(GROUP, VERSION, "clusterpeers", "p", stale)
+    assert exc.value.status == 409
+
+
+async def test_422_names_the_fields_from_schema_and_cel(api):
+    co = client.CustomObjectsApi(api)
+    with pytest.raises(ApiException) as exc:
+        await co.create_cluster_custom_object(GROUP, VERSION, "clusterpeers", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterPeer", "metadata": {"name": "bad"},
+            "spec": {"type": "Invite", "invite": {"tokenTTL": "48h"}}})
+    status = json.loads(exc.value.body)
+    assert exc.value.status == 422 and status["reason"] == "Invalid"
+    assert [c["field"] for c in status["details"]["causes"]] == ["spec.invite.tokenTTL"]
+    assert "10m to 24h" in status["message"]
+    cap = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PeeringCapability", "metadata": {"name": "cap"},
+           "spec": {"version": "v1", "consumers": [{"name": "ctrl", "namespace": "d8-x"}]}}
+    made = await co.create_cluster_custom_object(GROUP, VERSION, "peeringcapabilities", cap)
+    assert made["spec"]["consumers"][0]["kind"] == "ServiceAccount", "the schema default is applied"
+
+
+async def test_generate_name_and_dry_run(lab, admin_files):
+    status, _, body = await raw(lab, "POST", "/api/v1/namespaces/default/configmaps", cert_key=admin_files,
+                                headers={"Content-Type": "application/json"},
+                                body={"metadata": {"generateName": "gen-"}})
+    assert status == 201 and body["metadata"]["name"].startswith("gen-")
+    status, _, body = await raw(lab, "POST", "/api/v1/namespaces/default/configmaps?dryRun=All",
+                                cert_key=admin_files, headers={"Content-Type": "application/json"},
+                                body={"metadata": {"name": "dry"}})
+    assert status == 201 and lab.server.get("", "configmaps", "dry", "default") is None
+
+
+# ---------------------------------------------------------------- list and watch
+
+async def test_label_and_field_selectors_on_list(api):
+    v1 = client.CoreV1Api(api)
+    for name, labels in (("a", {"tier": "x", "env": "prod"}), ("b", {"tier": "y"}), ("c", {})):
+        await v1.create_namespaced_config_map("default", {"metadata": {"name": name, "labels": labels}})
+
+    async def names(**kw):
+        return sorted(i.metadata.name for i in (await v1.list_namespaced_config_map("default", **kw)).items)
+
+    assert await names(label_selector="tier=x") == ["a"]
+    assert await names(label_selector="tier!=x") == ["b", "c"]
+    assert await names(label_selector="tier in (x,y)") == ["a", "b"]
+    assert await names(label_selector="tier notin (x)") == ["b", "c"]
+    assert await names(label_selector="env") == ["a"]
+    assert await names(label_selector="!tier") == ["c"]
+    assert await names(field_selector="metadata.name=b") == ["b"]
+    everywhere = await v1.list_config_map_for_all_namespaces(field_selector="metadata.namespace=default")
+    assert {i.metadata.name for i in everywhere.items} >= {"a", "b", "c"}
+
+
+async def test_watch_resumes_from_a_resource_version(api):
+    v1 = client.CoreV1Api(api)
+    listed = await v1.list_namespaced_config_map("default")
+    await v1.create_namespaced_config_map("default", {"metadata": {"name": "w1"}})
+    await v1.patch_namespaced_config_map("w1", "default", {"data": {"a": "b"}})
+    await v1.delete_namespaced_config_map("w1", "default")
+    seen = []
+    w = watch.Watch()
+    async for ev in w.stream(v1.list_namespaced_config_map, "default",
+                             resource_version=listed.metadata.resource_version, timeout_seconds=5):
+        seen.append((ev["type"], ev["object"].metadata.name))
+        if len(seen) == 3:
+            w.stop()
+    await w.close()
+    assert seen == [("ADDED", "w1"), ("MODIFIED", "w1"), ("DELETED", "w1")]
+
+
+async def test_watch_with_a_too_old_resource_version_gets_410(lab, api):
+    v1 = client.CoreV1Api(api)
+    first = await v1.create_namespaced_config_map("default", {"metadata": {"name": "old"}})
+    for i in range(60):   # the fixture keeps 50 events of history per resource
+        await v1.patch_namespaced_config_map("old", "default", {"data": {"i": str(i)}})
+    w = watch.Watch()
+    with pytest.raises(ApiException) as exc:
+        async for _ in w.stream(v1.list_namespaced_config_map, "default",
+                                resource_version=first.metadata.resource_version, timeout_seconds=5):
+            pass
+    await w.close()
+    assert exc.value.status == 410
+
+
+async def test_watch_bookmarks_and_timeout(lab, admin_files):
+    url = "/api/v1/namespaces/default/configmaps?watch=true&allowWatchBookmarks=true&timeoutSeconds=1"
+    listed = lab.server.store.current_rv
+    async with aiohttp.ClientSession() as s:
+        async with s.get(lab.server.url + url + f"&resourceVersion={listed}", ssl=_ssl(lab, admin_files)) as r:
+            assert r.status == 200
+            lines = [json.loads(line) async for line in r.content if line.strip()]
+    # The stream ended by itself after timeoutSeconds, with bookmarks every 0.2 s carrying the current version.
+    bookmarks = [e for e in lines if e["type"] == "BOOKMARK"]
+    assert len(bookmarks) >= 2
+    assert bookmarks[0]["object"]["kind"] == "ConfigMap"
+    assert int(bookmarks[-1]["object"]["metadata"]["resourceVersion"]) >= listed
+
+
+async def test_watch_initial_events_and_label_selector(lab, api):
+    v1 = client.CoreV1Api(api)
+    await v1.create_namespaced_config_map("default", {"metadata": {"name": "pre", "labels": {"w": "yes"}}})
+    w = watch.Watch()
+    seen = []
+    stream = w.stream(v1.list_namespaced_config_map, "default", label_selector="w=yes", timeout_seconds=5)
+    async for ev in stream:
+        seen.append((ev["type"], ev["object"].metadata.name))
+        if len(seen) == 1:
+            await v1.create_namespaced_config_map("default", {"metadata": {"name": "no"}})
+            await v1.create_namespaced_config_map("default", {"metadata": {"name": "post", "labels": {"w": "yes"}}})
+        if len(seen) == 2:
+            w.stop()
+    await w.close()
+    assert seen == [("ADDED", "pre"), ("ADDED", "post")]
+
+
+# ---------------------------------------------------------------- garbage collection and namespaces
+
+async def test_owned_objects_are_collected_in_the_background(api):
+    v1 = client.CoreV1Api(api)
+    co = client.CustomObjectsApi(api)
+    owner = await co.create_cluster_custom_object(GROUP, VERSION, "clusterpeers", peer("owner"))
+    ref = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterPeer", "name": "owner",
+           "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": False}
+    await v1.create_namespaced_secret("default", {"metadata": {"name": "peer-owner", "ownerReferences": [ref]}})
+    other = await v1.create_namespaced_config_map("default", {"metadata": {"name": "keep"}})
+    other_ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "keep", "uid": other.metadata.uid}
+    await v1.create_namespaced_config_map("default", {"metadata": {"name": "two-owners",
+                                                                    "ownerReferences": [ref, other_ref]}})
+    await co.delete_cluster_custom_object(GROUP, VERSION, "clusterpeers", "owner")
+
+    async def secret_gone():
+        try:
+            await v1.read_namespaced_secret("peer-owner", "default")
+            return False
+        except ApiException as exc:
+            return exc.status == 404
+
+    await until(secret_gone)
+    survivor = await v1.read_namespaced_config_map("two-owners", "default")
+    assert [r.uid for r in survivor.metadata.owner_references] == [other.metadata.uid]
+
+
+async def test_foreground_and_orphan_propagation(lab, api):
+    v1 = client.CoreV1Api(api)
+    for policy in ("Foreground", "Orphan"):
+        owner = await v1.create_namespaced_config_map("default", {"metadata": {"name": f"o-{policy.lower()}"}})
+        ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid,
+               "blockOwnerDeletion": True}
+        await v1.create_namespaced_config_map("default", {"metadata": {"name": f"d-{policy.lower()}",
+                                                                        "ownerReferences": [ref]}})
+        await v1.delete_namespaced_config_map(owner.metadata.name, "default", propagation_policy=policy)
+        await until(lambda: lab.server.get("", "configmaps", owner.metadata.name, "default") is None)
+        dependent = lab.server.get("", "configmaps", f"d-{policy.lower()}", "default")
+        if policy == "Foreground":
+            assert dependent is None, "the owner went only after its dependent"
+        else:
+            assert dependent is not None and not dependent["metadata"].get("ownerReferences")
+
+
+async def test_namespace_deletion_removes_its_contents(lab, api):
+    v1 = client.CoreV1Api(api)
+    await v1.create_namespace({"metadata": {"name": "doomed"}})
+    await v1.create_namespaced_config_map("doomed", {"metadata": {"name": "held", "finalizers": ["lab/hold"]}})
+    await v1.create_namespaced_secret("doomed", {"metadata": {"name": "s"}})
+    await v1.delete_namespace("doomed")
+    ns = await v1.read_namespace("doomed")
+    assert ns.status.phase == "Terminating"
+    with pytest.raises(ApiException) as exc:
+        await v1.create_namespaced_config_map("doomed", {"metadata": {"name": "late"}})
+    assert exc.value.status == 403 and "being terminated" in json.loads(exc.value.body)["message"]
+    await until(lambda: lab.server.get("", "secrets", "s", "doomed") is None)
+    await v1.patch_namespaced_config_map("held", "doomed", {"metadata": {"finalizers": None}})
+    await until(lambda: lab.server.get("", "namespaces", "doomed") is None)
+
+
+# ---------------------------------------------------------------- tables
+
+async def test_table_output_with_clusterpeer_columns(lab, api, admin_files):
+    co = client.CustomObjectsApi(api)
+    await co.create_cluster_custom_object(GROUP, VERSION, "clusterpeers", peer("t"))
+    await co.patch_cluster_custom_object_status(GROUP, VERSION, "clusterpeers", "t", {"status": {
+        "phase": "Active", "effectiveCapabilities": ["a", "b"],
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Ok", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, **MERGE)
+    status, _, tbl = await raw(lab, "GET", f"/apis/{GROUP}/{VERSION}/clusterpeers", cert_key=admin_files,
+                               headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"})
+    assert status == 200 and tbl["kind"] == "Table"
+    names = [c["name"] for c in tbl["columnDefinitions"]]
+    row = dict(zip(names, tbl["rows"][0]["cells"]))
+    assert (row["Name"], row["Phase"], row["Ready"], row["Effective"]) == ("t", "Active", "True", '["a","b"]')
+    assert tbl["rows"][0]["object"]["kind"] == "PartialObjectMetadata"
+    status, _, tbl = await raw(lab, "GET", "/api/v1/namespaces", cert_key=admin_files,
+                               headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+    assert [c["name"] for c in tbl["columnDefinitions"]] == ["Name", "Status", "Age"]
+
+
+# ---------------------------------------------------------------- authentication, authorization, sensitive fields
+
+async def test_unauthenticated_requests(lab):
+    status, _, body = await raw(lab, "GET", "/api/v1/namespaces")
+    assert status == 401 and body["reason"] == "Unauthorized" and body["kind"] == "Status"
+    status, _, body = await raw(lab, "GET", "/api/v1/namespaces", token="not-a-token")
+    assert status == 401
+    for path in ("/version", "/.well-known/openid-configuration", "/openid/v1/jwks", "/healthz", "/readyz"):
+        status, _, _ = await raw(lab, "GET", path)
+        assert status == 200, path
+    _, _, doc = await raw(lab, "GET", "/.well-known/openid-configuration")
+    assert doc["issuer"] == lab.server.url
+
+
+async def test_forbidden_message_and_sensitive_masking(lab, api, tmp_path):
+    co = client.CustomObjectsApi(api)
+    rbac = client.RbacAuthorizationV1Api(api)
+    await co.create_cluster_custom_object(GROUP, VERSION, "clusterpeers", peer("s"))
+    await rbac.create_cluster_role({"metadata": {"name": "peer-editor"}, "rules": [
+        {"apiGroups": [GROUP], "resources": ["clusterpeers"], "verbs": ["get", "list", "watch", "update"]}]})
+    await rbac.create_cluster_role_binding({
+        "metadata": {"name": "peer-editor"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "peer-editor"},
+        "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}]})
+    async with await lab.client(lab.user_kubeconfig("alice", ["team"])) as alice_api:
+        alice = client.CustomObjectsApi(alice_api)
+        seen = await alice.get_cluster_custom_object(GROUP, VERSION, "clusterpeers", "s")
+        assert seen["spec"]["join"]["connectionString"] == "<omitted>"
+        listed = await alice.list_cluster_custom_object(GROUP, VERSION, "clusterpeers")
+        assert listed["items"][0]["spec"]["join"]["connectionString"] == "<omitted>"
+        # Writing the masked value back keeps the stored one.
+        seen["metadata"].setdefault("labels", {})["touched"] = "yes"
+        await alice.replace_cluster_custom_object(GROUP, VERSION, "clusterpeers", "s", seen)
+        with pytest.raises(ApiException) as exc:
+            await client.CoreV1Api(alice_api).list_namespaced_secret("default")
+        assert exc.value.status == 403
+        assert json.loads(exc.value.body)["message"] == (
+            'secrets is forbidden: User "alice" cannot list resource "secrets" in API group "" '
+            'in the namespace "default"')
+        # Granting more than one holds is refused (RBAC escalation prevention).
+        with pytest.raises(ApiException):
+            await client.RbacAuthorizationV1Api(alice_api).create_cluster_role(
+                {"metadata": {"name": "more"}, "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]})
+    stored = await co.get_cluster_custom_object(GROUP, VERSION, "clusterpeers", "s")
+    assert stored["spec"]["join"]["connectionString"] == "secret-connection-string"
+    assert stored["metadata"]["labels"]["touched"] == "yes"
+
+
+async def test_token_request_and_review(lab, api):
+    v1 = client.CoreV1Api(api)
+    await v1.create_namespaced_service_account("default", {"metadata": {"name": "robot"}})
+    tr = await v1.create_namespaced_service_account_token("robot", "default", {
+        "spec": {"audiences": ["peering.deckhouse.io/u/c"], "expirationSeconds": 600}})
+    token = tr.status.token
+    review = await client.AuthenticationV1Api(api).create_token_review(
+        {"spec": {"token": token, "audiences": ["peering.deckhouse.io/u/c"]}})
+    assert review.status.authenticated and review.status.user.username == "system:serviceaccount:default:robot"
+    # An API-audience token of the ServiceAccount authenticates as it, and RBAC applies to it.
+    api_token = (await v1.create_namespaced_service_account_token("robot", "default", {"spec": {}})).status.token
+    status, _, body = await raw(lab, "GET", "/api/v1/namespaces/default/configmaps", token=api_token)
+    assert status == 403 and 'User "system:serviceaccount:default:robot"' in body["message"]
+
+
+async def test_crd_created_at_run_time_is_discovered_and_served(lab, api):
+    ext = client.ApiextensionsV1Api(api)
+    await ext.create_custom_resource_definition({
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
+                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                     "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                         "size": {"type": "integer", "maximum": 10}}}}}}}]}})
+    groups = await client.ApisApi(api).get_api_versions()
+    assert "example.com" in [g.name for g in groups.groups]
+    co = client.CustomObjectsApi(api)
+    made = await co.create_namespaced_custom_object("example.com", "v1", "default", "widgets", {
+        "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 3}})
+    assert made["metadata"]["generation"] == 1
+    with pytest.raises(ApiException) as exc:
+        await co.create_namespaced_custom_object("example.com", "v1", "default", "widgets", {
+            "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "x"}, "spec": {"size": 30}})
+    assert exc.value.status == 422 and json.loads(exc.value.body)["details"]["causes"][0]["field"] == "spec.size"
+    await ext.delete_custom_resource_definition("widgets.example.com")
+    await until(lambda: lab.server.registry.get("example.com", "v1", "widgets") is None)
