@@ -61,6 +61,11 @@ class Registry:
     loaded: bool = field(default=True, compare=False)
     """False only for the placeholder the gateway starts with, so /readyz can tell it apart from a real empty one."""
 
+    def __reduce__(self):
+        # Worker processes receive snapshots pickled; mapping proxies are not picklable, plain dicts are.
+        return (_restore, (self.cluster_uuid, dict(self.peers), dict(self.by_fingerprint), dict(self.capabilities),
+                           self.generation, self.loaded))
+
     @classmethod
     def empty(cls) -> "Registry":
         return cls(cluster_uuid="", peers=_EMPTY, by_fingerprint=_EMPTY, capabilities=_EMPTY, generation=0,
@@ -97,6 +102,13 @@ class Registry:
         return cls(cluster_uuid=cluster_uuid or "", peers=MappingProxyType(peers),
                    by_fingerprint=MappingProxyType(by_fp), capabilities=MappingProxyType(caps),
                    generation=int(generation))
+
+
+def _restore(cluster_uuid: str, peers: dict, by_fingerprint: dict, capabilities: dict, generation: int,
+             loaded: bool) -> Registry:
+    return Registry(cluster_uuid=cluster_uuid, peers=MappingProxyType(peers),
+                    by_fingerprint=MappingProxyType(by_fingerprint), capabilities=MappingProxyType(capabilities),
+                    generation=generation, loaded=loaded)
 
 
 def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:

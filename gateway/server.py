@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import socket
 import ssl
 import time
@@ -72,6 +73,7 @@ class Gateway:
         self._exchange: ExchangeCache | None = None
         self._reviews: ExchangeCache | None = None
         self._join_failures: dict[str, list[float]] = {}
+        self._pool: Any = None
         self._started = False
         limits = config.limits
         self._api_base = config.api_server.rstrip("/")
@@ -80,9 +82,21 @@ class Gateway:
 
     # ----- lifecycle ---------------------------------------------------------------------------------------
     async def start(self, sockets: dict[str, socket.socket] | None = None) -> None:
-        """Bind all listeners (or serve the given pre-bound sockets, as a worker does) and open the sessions."""
+        """Bind all listeners (or serve the given pre-bound sockets, as a worker does) and open the sessions.
+        With more than one worker, the entrance and egress are served by worker processes."""
         cfg, limits = self.config, self.config.limits
         loop = asyncio.get_running_loop()
+        workers = cfg.workers if cfg.workers > 0 else (os.cpu_count() or 1)
+        if workers > 1 and not sockets:
+            from gateway.workers import WorkerPool
+            self._pool = WorkerPool(cfg, self.handlers, lambda: self._registry, workers)
+            sockets = {}
+            try:
+                await self._pool.start()
+            except BaseException:
+                await self.stop()
+                raise
+            self.entrance_port, self.egress_port = self._pool.entrance_port, self._pool.egress_port
         self._resolver = OverrideResolver(cfg.resolve)
         self._api_session = self._session(client_context(cfg.api_ca_pem), limits.upstream_pool_size)
         self._dex_session = self._session(client_context(cfg.dex_ca_pem), 64, skip=("User-Agent",))
@@ -113,6 +127,8 @@ class Gateway:
                 ("egress", egress, cfg.egress_host, cfg.egress_port),
                 ("join", join_http, cfg.join_host, cfg.join_port),
                 ("ops", ops_http, cfg.ops_host, cfg.ops_port)]
+        if self._pool is not None:
+            plan = plan[2:]
         self._started = True
         try:
             for name, factory, host, port in plan:
@@ -140,7 +156,10 @@ class Gateway:
                                      timeout=self._stream_timeout)
 
     async def stop(self) -> None:
-        """Close the listeners, every connection and every upstream session."""
+        """Close the listeners, every connection and every upstream session (and the workers)."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.stop()
         for server in self._servers:
             server.close()
         for acceptor in self._acceptors:
@@ -172,6 +191,8 @@ class Gateway:
     def publish(self, registry: Registry) -> None:
         """Swap the registry; connections of peers that left it are closed now."""
         old, self._registry = self._registry, registry
+        if self._pool is not None:
+            self._pool.publish(registry)
         if old.generation != registry.generation or old is not registry:
             self._verified = {}
         for fp in [fp for fp in self._by_fp if fp not in registry.by_fingerprint]:
@@ -187,6 +208,10 @@ class Gateway:
         self._certs = _Certificates(
             entrance=server_context(entrance_cert_pem, entrance_key_pem, ca_pem),
             egress=server_context(egress_cert_pem, egress_key_pem, None))
+        if self._pool is not None:
+            self._pool.reload_certificates(dict(
+                entrance_cert_pem=entrance_cert_pem, entrance_key_pem=entrance_key_pem, ca_pem=ca_pem,
+                egress_cert_pem=egress_cert_pem, egress_key_pem=egress_key_pem))
 
     @property
     def registry(self) -> Registry:
@@ -197,7 +222,12 @@ class Gateway:
             return False, "the entrance and egress certificates are not loaded yet"
         if not self._registry.loaded:
             return False, "no peer registry has been published yet"
+        if self._pool is not None and not self._pool.alive():
+            return False, "a gateway worker process is not running; it is being started again"
         return True, "ok"
+
+    def metrics_text(self) -> bytes:
+        return generate_latest(self.metrics.registry)
 
     # ----- entrance ------------------------------------------------------------------------------------------
     def _admit_entrance(self, transport: asyncio.BaseTransport) -> bool:
@@ -506,7 +536,10 @@ class Gateway:
             ready, why = self.readiness()
             return web.Response(status=200 if ready else 503, text=why)
         if path == "/metrics":
-            return web.Response(body=generate_latest(self.metrics.registry),
+            body = generate_latest(self.metrics.registry)
+            if self._pool is not None:
+                body = await self._pool.scrape(body.decode())
+            return web.Response(body=body,
                                 headers={"Content-Type": CONTENT_TYPE_LATEST})
         return status_response(404, "NotFound", "the ops listener serves /healthz, /readyz and /metrics")
 

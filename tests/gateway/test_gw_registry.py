@@ -116,3 +116,13 @@ async def test_override_resolver_maps_any_port_and_falls_back_to_dns():
         assert fallback and all(r["port"] == 80 for r in fallback)
     finally:
         await resolver.close()
+
+
+def test_registry_survives_pickling_for_worker_processes(certs):
+    import pickle
+    cp, secret = make_objects("b", certs[0])
+    reg = Registry.from_objects(cluster_uuid="a", clusterpeers=[cp], peer_secrets=[secret], capabilities=[],
+                                generation=3)
+    copy = pickle.loads(pickle.dumps(reg))
+    assert copy == reg and copy.by_fingerprint[fp(certs[0])] is copy.peers["b"]
+    assert not pickle.loads(pickle.dumps(Registry.empty())).loaded

@@ -1,0 +1,367 @@
+"""Several worker processes serving the entrance and the egress, so that the gateway uses every core.
+
+The parent binds one SO_REUSEPORT socket per worker and listener (the kernel spreads connections across them),
+spawns the workers, and keeps the join and ops listeners and the control loop's handlers. It pushes every
+registry, certificate set and rotating secret to the workers over a pipe; workers forward /peering/v1/ calls
+to the parent over a private Unix socket, and answer metric scrapes over the pipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import multiprocessing
+import os
+import socket
+import tempfile
+from multiprocessing.connection import Connection
+from typing import Any, Callable
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from gateway.config import GatewayConfig
+from gateway.protocol import ControlHandlers, PeerCall, ProtocolError
+from gateway.registry import Registry
+
+log = logging.getLogger("gateway.workers")
+
+SECRETS_PUSH_INTERVAL = 30.0
+
+
+def reuseport_sockets(host: str, port: int, count: int) -> list[socket.socket]:
+    """`count` listening sockets on one address; with port 0 the first picks it and the others join."""
+    out: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            out.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
+            port = sock.getsockname()[1]
+            sock.listen(4096)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in out:
+            sock.close()
+        raise
+    return out
+
+
+class _Pushed:
+    """A config callable whose value the parent pushes (the SA token and Dex secret rotate in files)."""
+
+    def __init__(self) -> None:
+        self.value = ""
+
+    def __call__(self) -> str:
+        return self.value
+
+
+class _ForwardingHandlers:
+    """The control loop's handlers as a worker sees them: calls go to the parent over its Unix socket."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._session: aiohttp.ClientSession | None = None
+
+    async def peer_call(self, call: PeerCall) -> dict:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=self._path))
+        payload = {"peer": call.peer.name, "op": call.op, "body": call.body}
+        async with self._session.post("http://parent/peer-call", json=payload) as resp:
+            answer = await resp.json()
+        if "error" in answer:
+            raise ProtocolError(*answer["error"])
+        return answer["ok"]
+
+    async def join(self, call: Any) -> dict:  # pragma: no cover - workers do not serve the join listener
+        raise ProtocolError(404, "NotFound", "join is served by the parent process")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def _worker_main(index: int, config: GatewayConfig, sockets: dict[str, socket.socket], conn: Connection,
+                 control_path: str) -> None:
+    import uvloop
+    logging.basicConfig(level=logging.WARNING)
+    uvloop.run(_worker(index, config, sockets, conn, control_path))
+
+
+async def _worker(index: int, config: GatewayConfig, sockets: dict[str, socket.socket], conn: Connection,
+                  control_path: str) -> None:
+    from gateway.server import Gateway
+    token, secret = _Pushed(), _Pushed()
+    config = dataclasses.replace(config, api_token=token, dex_client_secret=secret, workers=1)
+    handlers = _ForwardingHandlers(control_path)
+    gw = Gateway(config, handlers)
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def on_message() -> None:
+        try:
+            while conn.poll():
+                kind, *args = conn.recv()
+                if kind == "registry":
+                    gw.publish(args[0])
+                elif kind == "certs":
+                    gw.reload_certificates(**args[0])
+                elif kind == "secrets":
+                    token.value, secret.value = args
+                elif kind == "metrics":
+                    conn.send(("metrics", args[0], index, gw.metrics_text().decode()))
+                elif kind == "stop" and not done.done():
+                    done.set_result(None)
+        except (EOFError, OSError):
+            if not done.done():
+                done.set_result(None)
+
+    await gw.start(sockets=sockets)
+    loop.add_reader(conn.fileno(), on_message)
+    conn.send(("ready", index))
+    try:
+        await done
+    finally:
+        loop.remove_reader(conn.fileno())
+        await gw.stop()
+        await handlers.close()
+
+
+class _WorkerMetrics(Collector):
+    """The latest metric scrapes of the parent ("main") and each worker, each sample labelled with its process."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+
+    def collect(self):
+        merged: dict[str, Any] = {}
+        for index, text in sorted(self.texts.items()):
+            for family in text_string_to_metric_families(text):
+                target = merged.get(family.name)
+                if target is None:
+                    target = merged[family.name] = family
+                    samples = []
+                else:
+                    samples = target.samples
+                for sample in family.samples:
+                    samples.append(sample._replace(labels={**sample.labels, "worker": index}))
+                target.samples = samples
+        return list(merged.values())
+
+
+@dataclasses.dataclass
+class _Worker:
+    index: int
+    process: Any
+    conn: Connection
+
+
+class WorkerPool:
+    """The parent's side: spawns, feeds, scrapes, restarts and stops the workers."""
+
+    def __init__(self, config: GatewayConfig, handlers: ControlHandlers, registry: Callable[[], Registry],
+                 count: int) -> None:
+        self.config = config
+        self.handlers = handlers
+        self._registry = registry
+        self.count = count
+        self.metrics = _WorkerMetrics()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.metrics)
+        self.sockets: dict[str, list[socket.socket]] = {}
+        self._workers: dict[int, _Worker] = {}
+        self._state: dict[str, Any] = {}
+        self._ctx = multiprocessing.get_context("spawn")
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._control: web.AppRunner | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._waiters: dict[int, asyncio.Future] = {}
+        self._scrape_id = 0
+        self._scrapes: dict[int, tuple[asyncio.Future, dict[int, str]]] = {}
+        self._stopping = False
+
+    @property
+    def entrance_port(self) -> int:
+        return self.sockets["entrance"][0].getsockname()[1]
+
+    @property
+    def egress_port(self) -> int:
+        return self.sockets["egress"][0].getsockname()[1]
+
+    async def start(self) -> None:
+        cfg = self.config
+        self.sockets = {"entrance": reuseport_sockets(cfg.entrance_host, cfg.entrance_port, self.count),
+                        "egress": reuseport_sockets(cfg.egress_host, cfg.egress_port, self.count)}
+        self._tmp = tempfile.TemporaryDirectory(prefix="peering-gateway-")
+        os.chmod(self._tmp.name, 0o700)
+        control_path = os.path.join(self._tmp.name, "control.sock")
+        app = web.Application(client_max_size=cfg.limits.max_peer_call_bytes * 2 + 4096)
+        app.router.add_post("/peer-call", self._peer_call)
+        self._control = web.AppRunner(app, access_log=None)
+        await self._control.setup()
+        await web.UnixSite(self._control, control_path).start()
+        self._control_path = control_path
+        self._push_secrets()
+        self._state["registry"] = ("registry", self._registry())
+        await asyncio.gather(*(self._spawn(i) for i in range(self.count)))
+        task = asyncio.get_running_loop().create_task(self._push_secrets_periodically())
+        self._tasks.add(task)
+
+    async def _spawn(self, index: int) -> None:
+        loop = asyncio.get_running_loop()
+        parent, child = self._ctx.Pipe()
+        sockets = {name: socks[index] for name, socks in self.sockets.items()}
+        config = dataclasses.replace(self.config, api_token=None, dex_client_secret=None)
+        process = self._ctx.Process(target=_worker_main, name=f"peering-gateway-{index}", daemon=True,
+                                    args=(index, config, sockets, child, self._control_path))
+        process.start()
+        child.close()
+        worker = _Worker(index, process, parent)
+        self._workers[index] = worker
+        ready = loop.create_future()
+        self._waiters[index] = ready
+        loop.add_reader(parent.fileno(), self._on_message, worker)
+        loop.add_reader(process.sentinel, self._on_exit, worker)
+        for message in self._state.values():
+            parent.send(message)
+        try:
+            await asyncio.wait_for(ready, 60)
+        except asyncio.TimeoutError:
+            raise RuntimeError(f"gateway worker {index} did not start within 60 s; see its log") from None
+
+    def _on_message(self, worker: _Worker) -> None:
+        try:
+            while worker.conn.poll():
+                kind, *args = worker.conn.recv()
+                if kind == "ready":
+                    waiter = self._waiters.pop(worker.index, None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(None)
+                elif kind == "metrics":
+                    scrape_id, index, text = args
+                    entry = self._scrapes.get(scrape_id)
+                    if entry is not None:
+                        entry[1][index] = text
+                        if len(entry[1]) == len(self._workers) and not entry[0].done():
+                            entry[0].set_result(None)
+        except (EOFError, OSError):
+            asyncio.get_running_loop().remove_reader(worker.conn.fileno())
+
+    def _on_exit(self, worker: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(worker.process.sentinel)
+        try:
+            loop.remove_reader(worker.conn.fileno())
+        except (OSError, ValueError):
+            pass
+        worker.conn.close()
+        if self._stopping or self._workers.get(worker.index) is not worker:
+            return
+        waiter = self._waiters.pop(worker.index, None)
+        if waiter is not None and not waiter.done():
+            # It never came up: starting it again would only fail the same way.
+            waiter.set_exception(RuntimeError(f"gateway worker {worker.index} exited with "
+                                              f"{worker.process.exitcode} before it was ready; see its log"))
+            return
+        log.error("gateway worker %d exited with %s; starting it again", worker.index, worker.process.exitcode)
+        task = loop.create_task(self._spawn(worker.index))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _broadcast(self, message: tuple) -> None:
+        self._state[message[0]] = message
+        for worker in list(self._workers.values()):
+            try:
+                worker.conn.send(message)
+            except OSError:
+                pass  # a worker that died gets the state when it is started again
+
+    def publish(self, registry: Registry) -> None:
+        self._broadcast(("registry", registry))
+
+    def reload_certificates(self, certs: dict[str, bytes]) -> None:
+        self._broadcast(("certs", certs))
+
+    def _push_secrets(self) -> None:
+        self._broadcast(("secrets", self.config.api_token(), self.config.dex_client_secret()))
+
+    async def _push_secrets_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(SECRETS_PUSH_INTERVAL)
+            self._push_secrets()
+
+    def alive(self) -> bool:
+        return len(self._workers) == self.count and all(w.process.is_alive() for w in self._workers.values())
+
+    async def scrape(self, own: str, timeout: float = 2.0) -> bytes:
+        """The parent's metrics (`own`) and every worker's that answers in time, in one exposition."""
+        self._scrape_id += 1
+        fut = asyncio.get_running_loop().create_future()
+        texts: dict[int, str] = {}
+        self._scrapes[self._scrape_id] = (fut, texts)
+        try:
+            for worker in list(self._workers.values()):
+                try:
+                    worker.conn.send(("metrics", self._scrape_id))
+                except OSError:
+                    pass
+            try:
+                await asyncio.wait_for(fut, timeout)
+            except asyncio.TimeoutError:
+                pass
+        finally:
+            del self._scrapes[self._scrape_id]
+        self.metrics.texts = {"main": own, **{str(i): t for i, t in sorted(texts.items())}}
+        return generate_latest(self.registry)
+
+    async def _peer_call(self, request: web.Request) -> web.Response:
+        payload = await request.json()
+        peer = self._registry().peers.get(payload.get("peer"))
+        if peer is None:
+            return web.json_response({"error": [403, "PeerUnknown", "the peering was removed"]})
+        try:
+            answer = await self.handlers.peer_call(PeerCall(peer=peer, op=payload["op"], body=payload.get("body")))
+        except ProtocolError as err:
+            return web.json_response({"error": [err.code, err.reason, err.message]})
+        return web.Response(body=json.dumps({"ok": answer}).encode(), content_type="application/json")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for worker in self._workers.values():
+            try:
+                worker.conn.send(("stop",))
+            except OSError:
+                pass
+        loop = asyncio.get_running_loop()
+        for worker in self._workers.values():
+            await loop.run_in_executor(None, worker.process.join, 10)
+            if worker.process.is_alive():
+                worker.process.kill()
+                await loop.run_in_executor(None, worker.process.join, 5)
+            for fd in (worker.process.sentinel, worker.conn):
+                try:
+                    loop.remove_reader(fd if isinstance(fd, int) else fd.fileno())
+                except (OSError, ValueError):
+                    pass
+            worker.conn.close()
+        self._workers.clear()
+        for socks in self.sockets.values():
+            for sock in socks:
+                sock.close()
+        if self._control is not None:
+            await self._control.cleanup()
+        if self._tmp is not None:
+            self._tmp.cleanup()

@@ -1,0 +1,72 @@
+"""Worker processes: the entrance served by two uvloop workers sharing the port, fed by the parent."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from conftest import ENTRANCE_HOST, gateway_config, load_certs, make_token, registry_for
+from gateway.server import Gateway
+
+URL = f"https://{ENTRANCE_HOST}"
+
+
+@pytest.fixture
+async def pooled(pki, issuer_key, upstream, dex, handlers):
+    cfg = gateway_config(pki, upstream, dex)
+    cfg.workers = 2
+    gw = Gateway(cfg, handlers)
+    await gw.start()
+    try:
+        load_certs(gw, pki)
+        gw.publish(registry_for(pki, issuer_key))
+        yield gw
+    finally:
+        await gw.stop()
+
+
+async def test_two_workers_serve_the_entrance_and_are_fed_by_the_parent(pooled, session_for, issuer_key, pki,
+                                                                         upstream, handlers, dex):
+    token = make_token(issuer_key)
+    # New connections each time, so that the kernel spreads them over both workers' sockets.
+    for _ in range(24):
+        s = session_for(pooled, force_close=True)
+        async with s.get(URL + "/api/v1/pods", headers={"Authorization": f"Bearer {token}"}) as r:
+            assert r.status == 200
+    # Each worker exchanged the token once (caches are per process): never more than one call per worker.
+    assert 1 <= dex.calls <= 2
+    async with session_for(pooled).post(URL + "/peering/v1/notify", json={"n": 1}) as r:
+        assert r.status == 200 and await r.json() == {"op": "notify", "peer": "peer"}
+    assert handlers.calls[-1].op == "notify" and handlers.calls[-1].peer.name == "peer"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{pooled.ops_port}/metrics") as r:
+            text = await r.text()
+        async with http.get(f"http://127.0.0.1:{pooled.ops_port}/readyz") as r:
+            assert r.status == 200
+    served = {w: 0.0 for w in ("0", "1")}
+    for line in text.splitlines():
+        if line.startswith("peering_gateway_requests_total{") and 'listener="entrance"' in line:
+            for w in served:
+                if f'worker="{w}"' in line:
+                    served[w] += float(line.rsplit(" ", 1)[1])
+    assert served["0"] > 0 and served["1"] > 0 and sum(served.values()) == 25
+
+
+async def test_revocation_published_in_the_parent_closes_a_worker_watch_within_a_second(
+        pooled, session_for, issuer_key, pki, upstream):
+    upstream.watch_events, upstream.watch_interval = 10_000, 0.02
+    s = session_for(pooled)
+    async with s.get(URL + "/api/v1/pods?watch=true", headers={"Authorization": f"Bearer {make_token(issuer_key)}"}) \
+            as resp:
+        await resp.content.readline()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        pooled.publish(registry_for(pki, issuer_key, generation=2, peers=("peer2",)))
+        with pytest.raises(aiohttp.ClientError):
+            async with asyncio.timeout(1.0):
+                while await resp.content.readline():
+                    pass
+                raise aiohttp.ServerDisconnectedError()
+        assert loop.time() - t0 < 1.0
