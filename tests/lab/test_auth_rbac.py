@@ -373,3 +373,28 @@ def test_forbidden_messages_match_kube_apiserver():
     assert err.status()["details"] == {"group": PEERING, "kind": "clusterpeers", "name": "a"}
     assert forbidden(ALICE, res("list", "pods")).message.startswith("pods is forbidden: ")
     assert forbidden(ALICE, url("get", "/metrics")).message == 'forbidden: User "alice" cannot get path "/metrics"'
+
+
+def test_cached_cluster_roles_follow_every_change():
+    """Stored objects carry resourceVersions, which let the authorizer reuse its ClusterRole index safely."""
+    objects = [dict(o) for o in POLICY]
+    for i, obj in enumerate(objects):
+        obj["metadata"] = dict(obj["metadata"], uid=f"uid-{i}", resourceVersion=str(i + 1))
+    authz = Authorizer(_list_objects(objects))
+    attrs = res("list", "clusterpeers", PEERING)
+    assert authz.authorize(ALICE, attrs).allowed
+    reader = next(o for o in objects if o["metadata"]["name"] == "peers-reader")
+    # An update (new resourceVersion) that drops the rule revokes at once.
+    updated = dict(reader, rules=[], metadata=dict(reader["metadata"], resourceVersion="1000"))
+    objects[objects.index(reader)] = updated
+    assert not authz.authorize(ALICE, attrs).allowed
+    # Re-created under the same name with a new uid and the rule back: granted again.
+    objects[objects.index(updated)] = dict(reader, metadata=dict(reader["metadata"], uid="new", resourceVersion="1001"))
+    assert authz.authorize(ALICE, attrs).allowed
+    # A new ClusterRole labelled for aggregation reaches the aggregated role it is selected by.
+    bob_ns = res("list", "widgets", "example.io", namespace="ns-v")
+    assert not authz.authorize(BOB, bob_ns).allowed
+    objects.append(role("widgets-view", [rule(["list"], ["example.io"], ["widgets"])],
+                        labels={"rbac.authorization.k8s.io/aggregate-to-view": "true"}))
+    objects[-1]["metadata"].update(uid="w", resourceVersion="1002")
+    assert authz.authorize(BOB, bob_ns).allowed

@@ -138,39 +138,54 @@ def _namespace(obj: Mapping) -> str:
     return (obj.get("metadata") or {}).get("namespace") or ""
 
 
-def aggregate_cluster_roles(cluster_roles: Iterable[Mapping]) -> dict[str, list[dict]]:
-    """The effective rules of each ClusterRole by name, with aggregationRule resolved.
+class ClusterRoleIndex:
+    """The effective rules of ClusterRoles by name, with aggregationRule resolved on demand.
 
     An aggregated ClusterRole's rules are the union of the rules of every other ClusterRole its selectors match,
     its own stored rules replaced (as kube-controller-manager's aggregation controller writes them). Aggregated
-    roles may select aggregated roles (admin selects edit, which selects view); cycles contribute nothing twice.
+    roles may select aggregated roles (admin selects edit, which selects view); a cycle adds nothing twice.
+    Returned rule lists are shared: callers must not change them.
     """
-    by_name = {_name(r): r for r in cluster_roles}
-    resolved: dict[str, list[dict]] = {}
 
-    def rules_of(name: str, visiting: frozenset[str]) -> list[dict]:
-        if name in resolved:
-            return resolved[name]
-        role = by_name[name]
+    def __init__(self, cluster_roles: Iterable[Mapping]) -> None:
+        self._by_name = {_name(r): r for r in cluster_roles}
+        self._resolved: dict[str, list[dict]] = {}
+
+    def names(self) -> list[str]:
+        return list(self._by_name)
+
+    def rules(self, name: str) -> list[dict] | None:
+        if name not in self._by_name:
+            return None
+        return self._rules(name, frozenset())
+
+    def _rules(self, name: str, visiting: frozenset[str]) -> list[dict]:
+        if name in self._resolved:
+            return self._resolved[name]
+        role = self._by_name[name]
         aggregation = role.get("aggregationRule")
         if not aggregation:
-            rules = [dict(r) for r in role.get("rules") or ()]
+            rules = list(role.get("rules") or ())
         else:
             rules = []
             selectors = aggregation.get("clusterRoleSelectors") or []
-            for other_name in sorted(by_name):
-                if other_name == name or other_name in visiting:
+            for other in sorted(self._by_name):
+                if other == name or other in visiting:
                     continue
-                if any(label_selector_matches(s, _labels(by_name[other_name])) for s in selectors):
-                    for rule in rules_of(other_name, visiting | {name}):
+                if any(label_selector_matches(sel, _labels(self._by_name[other])) for sel in selectors):
+                    for rule in self._rules(other, visiting | {name}):
                         if rule not in rules:
                             rules.append(rule)
-        if not visiting:
-            # Only a resolution from the top is complete; inside a cycle a partial answer must not be cached.
-            resolved[name] = rules
+        if not visiting or not aggregation:
+            # Inside a cycle an aggregated role's answer is partial (the cycle is cut there): never cache it.
+            self._resolved[name] = rules
         return rules
 
-    return {name: copy.deepcopy(rules_of(name, frozenset())) for name in by_name}
+
+def aggregate_cluster_roles(cluster_roles: Iterable[Mapping]) -> dict[str, list[dict]]:
+    """The effective rules of every ClusterRole by name (fresh copies), as the aggregation controller fills them."""
+    index = ClusterRoleIndex(cluster_roles)
+    return {name: copy.deepcopy(index.rules(name)) for name in index.names()}
 
 
 # --- escalation ----------------------------------------------------------------------------------------------
@@ -249,19 +264,30 @@ class Authorizer:
 
     def __init__(self, list_objects: ListObjects) -> None:
         self._list = list_objects
+        self._index_key: tuple | None = None
+        self._index: ClusterRoleIndex | None = None
 
-    def _cluster_role_rules(self) -> dict[str, list[dict]]:
-        return aggregate_cluster_roles(self._list(RBAC_GROUP, "clusterroles", None))
+    def _cluster_roles(self) -> ClusterRoleIndex:
+        """The ClusterRole index, reused while no ClusterRole changed (every stored object has a resourceVersion;
+        objects without one, as in unit tests, are indexed afresh on each call)."""
+        roles = list(self._list(RBAC_GROUP, "clusterroles", None))
+        versions = tuple(((r.get("metadata") or {}).get("uid"), (r.get("metadata") or {}).get("resourceVersion"))
+                         for r in roles)
+        if all(rv for _, rv in versions):
+            if self._index is None or versions != self._index_key:
+                self._index, self._index_key = ClusterRoleIndex(roles), versions
+            return self._index
+        return ClusterRoleIndex(roles)
 
     def _role_rules(self, namespace: str, name: str) -> list[dict] | None:
         for role in self._list(RBAC_GROUP, "roles", namespace):
             if _name(role) == name:
-                return [dict(r) for r in role.get("rules") or ()]
+                return list(role.get("rules") or ())
         return None
 
     def _bindings(self, user: UserInfo, namespace: str):
         """(binding kind, binding, matched subject, role kind, role name, rules or None) for each binding of user."""
-        cluster_rules = self._cluster_role_rules()
+        cluster_roles = self._cluster_roles()
         sources = [("ClusterRoleBinding", b) for b in self._list(RBAC_GROUP, "clusterrolebindings", None)]
         if namespace:
             sources += [("RoleBinding", b) for b in self._list(RBAC_GROUP, "rolebindings", namespace)]
@@ -273,7 +299,7 @@ class Authorizer:
             ref = binding.get("roleRef") or {}
             ref_kind, ref_name = ref.get("kind", ""), ref.get("name", "")
             if ref_kind == "ClusterRole":
-                rules = cluster_rules.get(ref_name)
+                rules = cluster_roles.rules(ref_name)
             elif ref_kind == "Role" and kind == "RoleBinding":
                 rules = self._role_rules(binding_ns, ref_name)
             else:
@@ -358,7 +384,7 @@ class Authorizer:
         if MASTERS in user.groups or self.authorize(user, bind).allowed:
             return Decision(True, "the user may bind this role")
         if ref_kind == "ClusterRole":
-            rules = self._cluster_role_rules().get(ref_name)
+            rules = self._cluster_roles().rules(ref_name)
         else:
             rules = self._role_rules(namespace, ref_name)
         if rules is None:
