@@ -307,6 +307,15 @@ def readiness(state: PeeringState, now: datetime | None = None) -> Readiness:
         inv = state.invite or {}
         if not inv.get("tokenHash"):
             return Readiness(PENDING, Cond("False", INVITE_PENDING, "the connection string is being issued"))
+        if inv.get("used") is True:
+            return Readiness(
+                PENDING,
+                Cond(
+                    "False",
+                    CREDENTIALS_PENDING,
+                    "the connection string was used; waiting for the joining cluster to complete the exchange",
+                ),
+            )
         from control.rules.invite import parse_time  # the invite rules own the time format of status.invite
 
         expires = parse_time(inv.get("expiresAt"))

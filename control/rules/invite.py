@@ -145,6 +145,9 @@ def decide_invite(current: dict | None, *, ttl: timedelta, now: datetime) -> Inv
         return InviteDecision(True, now + ttl, "Missing")
     if current.get("used") is True:
         return InviteDecision(False, why="Used")
+    if not current.get("connectionString"):
+        # The secret is not stored, so a lost string can only be replaced, never shown again.
+        return InviteDecision(True, now + ttl, "Missing")
     expires = parse_time(current.get("expiresAt"))
     if expires is None:
         return InviteDecision(True, now + ttl, "Unreadable")
@@ -215,6 +218,10 @@ def redeem(
 
     Order: token (constant time, unknown and wrong alike) → a used token (the same cluster and key get the same
     answer again, anyone else TokenUsed) → expiry → expected cluster.
+
+    `redeemed_by` is who the peer Secret `peer-<clusterpeer>` names, when it exists. The Secret is created (an
+    atomic create) in the same redemption as `used` is set, in either order; whichever of the two a crash left
+    behind, the token counts as taken: the same cluster and key are answered again, anyone else gets TokenUsed.
     """
     parts = split_token(presented_token)
     presented_id, presented_secret = parts if parts else ("", "")
@@ -227,7 +234,7 @@ def redeem(
     hash_ok = hmac.compare_digest(presented_hash.encode(), (stored_hash or "-" * 64).encode())
     if not (parts and stored_id and stored_hash and id_ok and hash_ok):
         return _INVALID
-    if stored.get("used") is True:
+    if stored.get("used") is True or redeemed_by is not None:
         if (
             redeemed_by is not None
             and joiner_key_fingerprint

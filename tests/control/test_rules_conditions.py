@@ -144,6 +144,7 @@ TE_OK = Cond("True", "ProviderReady", "")
         (PeeringState("Invite", invite=INVITE), "Pending", "False", "InvitePending"),
         (PeeringState("Invite", invite={**INVITE, "expiresAt": "2026-11-30T11:00:00Z"}), "Pending", "False", "InviteExpired"),
         (PeeringState("Invite", invite={**INVITE, "used": True}, credentials="partial"), "Pending", "False", "CredentialsPending"),
+        (PeeringState("Invite", invite={**INVITE, "used": True}), "Pending", "False", "CredentialsPending"),
         (PeeringState("Invite", spec_error=("InvalidTokenTTL", "bad ttl")), "Error", "False", "InvalidTokenTTL"),
         (PeeringState("Join"), "Pending", "False", "Joining"),
         (PeeringState("Join", spec_error=("Malformed", "x")), "Error", "False", "Malformed"),

@@ -83,6 +83,7 @@ def _status(*, expires: datetime, used: bool = False, secret: str = "s" * 43) ->
         (_status(expires=NOW + timedelta(hours=1), used=True), False, "Used"),
         ({**_status(expires=NOW), "expiresAt": "garbage"}, True, "Unreadable"),
         ({**_status(expires=NOW + timedelta(hours=1)), "connectionString": "<omitted>"}, False, "Valid"),
+        ({**_status(expires=NOW + timedelta(hours=1)), "connectionString": ""}, True, "Missing"),
     ],
 )
 def test_decide_invite(current, issue, why):
@@ -134,6 +135,9 @@ B = Redeemer("b-uuid", "f" * 64)
         (USED, GOOD, "c-uuid", None, "f" * 64, B, "refuse", "TokenUsed"),  # other cluster, same key
         (USED, GOOD, "b-uuid", None, "", B, "refuse", "TokenUsed"),
         (USED, GOOD, "b-uuid", None, "f" * 64, None, "refuse", "TokenUsed"),  # winner unknown yet
+        # The Secret was created but the crash came before `used` was written: still taken.
+        (LIVE, GOOD, "b-uuid", None, "f" * 64, B, "reanswer", "Redeemed"),
+        (LIVE, GOOD, "c-uuid", None, "e" * 64, B, "refuse", "TokenUsed"),
         # A used token with the wrong secret says nothing about use.
         (USED, f"abcd1234.{'t' * 43}", "b-uuid", None, "f" * 64, B, "refuse", "TokenInvalid"),
     ],
