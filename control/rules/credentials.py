@@ -68,3 +68,16 @@ def credentials_state(values: dict[str, str], ca_pem: str, now: datetime) -> Cre
     progress = "complete" if have_ours and have_issued else "partial"
     renew = have_ours and pki.needs_renewal(values["client.crt"], now)
     return CredentialsState(progress, other_ca, renew)
+
+
+def redeemer(values: dict[str, str]):
+    """Who redeemed the invite, from the Secret (peer-uuid and the key of issued.crt), or None before a join."""
+    from control.rules.invite import Redeemer  # the invite rules own the type
+
+    uuid, issued = values.get("peer-uuid"), values.get("issued.crt")
+    if not uuid or not issued:
+        return None
+    try:
+        return Redeemer(uuid, pki.public_key_fingerprint(issued))
+    except pki.PKIError:
+        return None

@@ -57,3 +57,12 @@ def test_credentials_state(values, progress, other):
 
 def test_renewal_is_due_after_two_thirds():
     assert cr.credentials_state(_values(), CA.cert_pem, NOW + timedelta(days=21)).renew_client_cert
+
+
+def test_redeemer_from_the_secret():
+    key = pki.make_key_and_csr("b")
+    issued = pki.issue_client_cert(CA, key.cert_pem, "b", now=NOW)
+    r = cr.redeemer({"peer-uuid": "b", "issued.crt": issued})
+    assert r.cluster_uuid == "b" and r.key_fingerprint == pki.public_key_fingerprint(key.cert_pem)
+    assert cr.redeemer({"peer-uuid": "b"}) is None
+    assert cr.redeemer({"peer-uuid": "b", "issued.crt": "junk"}) is None
