@@ -54,7 +54,8 @@ def _rv(obj: dict) -> str:
 
 
 class JitteredBackoff:
-    """Exponential backoff with full jitter (AWS's "full jitter"): a random delay in [0, min(cap, base*2**n)]."""
+    """Exponential backoff with "equal jitter": a random delay in [c/2, c] where c = min(cap, base*2**n), so that
+    replicas that failed together do not retry together, yet none retries at once."""
 
     def __init__(self, base: float = 0.2, cap: float = 30.0, rng: random.Random | None = None) -> None:
         self.base = base
@@ -137,7 +138,8 @@ class Informer:
                                                               "error": f"{type(exc).__name__}: {exc}"})
 
     async def _run(self) -> None:
-        need_list = True
+        # A restarted informer resumes from where it stopped; a 410 makes it list again.
+        need_list = self.resource_version is None
         while True:
             try:
                 if need_list:

@@ -1,0 +1,57 @@
+"""Fixtures of the control loop's runtime tests: an emulated API server with the module's CRDs, its namespace and
+cluster UUID, and one API session to it (admin client certificate over real TLS)."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from typing import Awaitable, Callable
+
+import pytest
+
+from control.kube import KubeSession
+from lab.apiserver.testing import start_test_apiserver
+
+CRDS = pathlib.Path(__file__).resolve().parents[2] / "charts" / "peering" / "crds"
+NAMESPACE = "d8-peering"
+CLUSTER_UUID = "9b2f3a4e-0000-4000-8000-00000000000a"
+
+
+async def start_api(tmp_path, **kwargs):
+    server, kubeconfig, *_ = await start_test_apiserver(tmp_path, crd_paths=sorted(CRDS.glob("*.yaml")), **kwargs)
+    server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    server.create({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "d8-cluster-uuid", "namespace": "kube-system"},
+                   "data": {"cluster-uuid": CLUSTER_UUID}})
+    return server, kubeconfig
+
+
+@pytest.fixture
+async def api(tmp_path):
+    """(server, kubeconfig path) of a fresh emulated cluster."""
+    server, kubeconfig = await start_api(tmp_path)
+    try:
+        yield server, kubeconfig
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def kube(api):
+    async with await KubeSession.connect(str(api[1])) as session:
+        yield session
+
+
+async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0, what: str = "") -> None:
+    """Poll `check` until it is true, at most `timeout` seconds (a bounded poll, not a fixed sleep)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if loop.time() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or check}")
+        await asyncio.sleep(0.02)

@@ -1,0 +1,160 @@
+"""The API session and the informers against the emulated API server: typed errors, preconditions, write
+counting, a watch that resumes after the server ends it, and a relist after 410 Gone."""
+
+from __future__ import annotations
+
+import pytest
+
+from control import kube as k
+from control.watch import Informer, Informers
+from tests.control.conftest import NAMESPACE, eventually, start_api
+
+
+def cm(name, **data):
+    return {"metadata": {"name": name, "namespace": NAMESPACE}, "data": data}
+
+
+async def test_crud_with_typed_errors_preconditions_and_write_counting(kube):
+    assert kube.writes == 0
+    created = await kube.create(k.CONFIGMAPS, cm("a", x="1"))
+    assert created["kind"] == "ConfigMap" and created["data"] == {"x": "1"}
+    with pytest.raises(k.AlreadyExists):
+        await kube.create(k.CONFIGMAPS, cm("a"))
+    with pytest.raises(k.NotFound):
+        await kube.get(k.CONFIGMAPS, "missing", NAMESPACE)
+    assert await kube.get_or_none(k.CONFIGMAPS, "missing", NAMESPACE) is None
+
+    stale = dict(created)
+    updated = await kube.update(k.CONFIGMAPS, {**created, "data": {"x": "2"}})
+    with pytest.raises(k.Conflict) as err:
+        await kube.update(k.CONFIGMAPS, {**stale, "data": {"x": "3"}})
+    assert not isinstance(err.value, k.AlreadyExists) and err.value.code == 409
+
+    patched = await kube.patch(k.CONFIGMAPS, "a", {"data": {"y": "z"}}, NAMESPACE)
+    assert patched["data"] == {"x": "2", "y": "z"}
+    with pytest.raises(k.Conflict):
+        await kube.patch(k.CONFIGMAPS, "a", {"data": {"y": "w"}}, NAMESPACE,
+                         resource_version=updated["metadata"]["resourceVersion"])
+    with pytest.raises(k.Invalid):
+        await kube.create(k.CLUSTERPEERS, {"metadata": {"name": "bad"}, "spec": {"type": "Sideways"}})
+
+    listed = await kube.list(k.CONFIGMAPS, NAMESPACE, page_size=1)
+    assert [o["metadata"]["name"] for o in listed["items"]] == ["a"]
+    await kube.delete(k.CONFIGMAPS, "a", NAMESPACE)
+    with pytest.raises(k.NotFound):
+        await kube.delete(k.CONFIGMAPS, "a", NAMESPACE)
+
+    assert kube.write_counts[("POST", "configmaps")] == 2
+    assert kube.write_counts[("PUT", "configmaps")] == 2
+    assert kube.write_counts[("PATCH", "configmaps")] == 2
+    assert kube.write_counts[("DELETE", "configmaps")] == 2
+    assert kube.write_counts[("POST", "clusterpeers")] == 1
+    assert kube.writes == 9
+
+
+async def test_status_subresource_and_pagination(kube):
+    peer = await kube.create(k.CLUSTERPEERS, {"metadata": {"name": "b"}, "spec": {"type": "Invite"}})
+    done = await kube.update_status(k.CLUSTERPEERS, {**peer, "status": {"phase": "Pending"}})
+    assert done["status"]["phase"] == "Pending"
+    for i in range(5):
+        await kube.create(k.CONFIGMAPS, cm(f"p{i}"))
+    listed = await kube.list(k.CONFIGMAPS, NAMESPACE, page_size=2)
+    assert sorted(o["metadata"]["name"] for o in listed["items"]) == [f"p{i}" for i in range(5)]
+    assert listed["metadata"]["resourceVersion"]
+
+
+async def test_credentials_for_the_gateway_name_the_same_server(kube, api):
+    creds = kube.credentials()
+    assert creds.server == api[0].url
+    assert creds.ca_pem and b"BEGIN CERTIFICATE" in creds.ca_pem
+    assert creds.token() is None  # this session authenticates with a client certificate
+
+
+class Events:
+    def __init__(self):
+        self.seen: list[tuple[str, str]] = []
+
+    def __call__(self, event_type, obj):
+        self.seen.append((event_type, obj["metadata"]["name"]))
+
+
+async def test_informer_resumes_when_the_server_ends_the_watch(kube, api):
+    server, _ = api
+    server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm("before")})
+    informer = Informer(kube, k.CONFIGMAPS, namespace=NAMESPACE, watch_timeout=1)
+    events = Events()
+    informer.subscribe(events)
+    informer.start()
+    try:
+        await eventually(informer.synced.is_set, what="first list")
+        assert events.seen == [("ADDED", "before")]
+        # The server ends each watch after 1s; the informer must watch again without listing.
+        await eventually(lambda: informer.watches >= 3, what="two watch resumptions")
+        server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm("after")})
+        await eventually(lambda: ("ADDED", "after") in events.seen, what="event after resuming")
+        server.delete("", "configmaps", "before", NAMESPACE)
+        await eventually(lambda: ("DELETED", "before") in events.seen, what="delete event")
+        assert informer.lists == 1
+        assert set(informer.store) == {f"{NAMESPACE}/after"}
+    finally:
+        await informer.stop()
+
+
+async def test_informer_relists_after_410_and_reports_only_differences(tmp_path):
+    server, kubeconfig = await start_api(tmp_path, history=5)
+    try:
+        async with await k.KubeSession.connect(str(kubeconfig)) as session:
+            for name in ("keep", "change", "drop"):
+                server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm(name)})
+            informer = Informer(session, k.CONFIGMAPS, namespace=NAMESPACE)
+            events = Events()
+            informer.subscribe(events)
+            informer.start()
+            await eventually(informer.synced.is_set, what="first list")
+            await informer.stop()
+            events.seen.clear()
+            # While it is away, more changes than the server's history keeps: its resourceVersion is too old.
+            for i in range(10):
+                server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm(f"new{i}")})
+                server.delete("", "configmaps", f"new{i}", NAMESPACE)
+            changed = server.get("", "configmaps", "change", NAMESPACE)
+            server.update({**changed, "data": {"v": "2"}})
+            server.delete("", "configmaps", "drop", NAMESPACE)
+            server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm("added")})
+            informer.start()
+            try:
+                await eventually(lambda: informer.lists == 2, what="relist after 410")
+                await eventually(lambda: len(events.seen) >= 3, what="the differences")
+                assert sorted(events.seen) == [("ADDED", "added"), ("DELETED", "drop"), ("MODIFIED", "change")]
+                assert set(informer.store) == {f"{NAMESPACE}/{n}" for n in ("keep", "change", "added")}
+                assert informer.store[f"{NAMESPACE}/change"]["data"] == {"v": "2"}
+            finally:
+                await informer.stop()
+    finally:
+        await server.stop()
+
+
+async def test_informer_retries_with_backoff_while_the_server_refuses(kube, api):
+    # A resource the server does not know: 404 on every list, retried with backoff, never synced, no crash.
+    informer = Informer(kube, k.Resource("example.com", "v1", "widgets", False, "Widget"))
+    informer.backoff.base = 0.01
+    informer.start()
+    try:
+        await eventually(lambda: informer.backoff.attempts >= 3, what="retries")
+        assert not informer.synced.is_set() and "NotFound" in (informer.last_error or "")
+    finally:
+        await informer.stop()
+
+
+async def test_informers_share_one_watch_per_selection(kube):
+    informers = Informers(kube)
+    a = informers.get(k.SECRETS, namespace=NAMESPACE, label_selector="x=y")
+    assert informers.get(k.SECRETS, namespace=NAMESPACE, label_selector="x=y") is a
+    assert informers.get(k.SECRETS, namespace=NAMESPACE) is not a
+    informers.start()
+    late = informers.get(k.CONFIGMAPS, namespace=NAMESPACE)
+    try:
+        await informers.wait_synced()
+        assert informers.synced and late.synced.is_set()
+    finally:
+        await informers.stop()
