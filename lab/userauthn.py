@@ -200,11 +200,15 @@ class UserAuthn:
         self.synced = asyncio.Event()
 
     async def start(self) -> None:
-        from gateway.resolve import OverrideResolver
-
-        connector = aiohttp.TCPConnector(resolver=OverrideResolver(self._resolve), ssl=self._ssl or True)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=5))
         self._main = asyncio.create_task(self._run(), name="userauthn-watch")
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            from gateway.resolve import OverrideResolver
+
+            connector = aiohttp.TCPConnector(resolver=OverrideResolver(self._resolve), ssl=self._ssl or True)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=5))
+        return self._session
 
     async def stop(self) -> None:
         tasks = [t for t in [self._main, *self._workers.values()] if t is not None]
@@ -343,10 +347,10 @@ class UserAuthn:
 
     async def discover(self, issuer: str) -> tuple[dict | None, str]:
         """The issuer's JWK Set through OIDC discovery, or (None, what went wrong)."""
-        assert self._session is not None
+        http = self._http()
         url = issuer.rstrip("/") + "/.well-known/openid-configuration"
         try:
-            async with self._session.get(url) as r:
+            async with http.get(url) as r:
                 if r.status != 200:
                     return None, f"GET {url}: HTTP {r.status}"
                 doc = await r.json(content_type=None)
@@ -355,7 +359,7 @@ class UserAuthn:
             jwks_uri = doc.get("jwks_uri")
             if not isinstance(jwks_uri, str) or not jwks_uri.startswith("https://"):
                 return None, f"GET {url}: no https jwks_uri in the document"
-            async with self._session.get(jwks_uri) as r:
+            async with http.get(jwks_uri) as r:
                 if r.status != 200:
                     return None, f"GET {jwks_uri}: HTTP {r.status}"
                 raw = await r.json(content_type=None)

@@ -1,0 +1,471 @@
+"""A lab cluster on loopback: API server emulator, Dex, user-authn, ingress, and the real peering process.
+
+A cluster `c` has the public domain template `%s.c.lab`. Every listener binds 127.0.0.1 with a port the OS
+chooses; the names resolve through the lab's resolver map (`resolve_map()`), so TLS host names are real:
+
+| name | what answers |
+|---|---|
+| `api.c.lab` | the API server emulator (also reachable as 127.0.0.1, which its certificate names too) |
+| `dex.c.lab` | the Dex stand-in, issuer `https://dex.c.lab` |
+| `peering.c.lab` | the ingress-nginx stand-in, TLS by the lab's public CA, to the peering process's join listener |
+| `peering-gateway.c.lab` | a TCP passthrough (the LoadBalancer) to the peering process's entrance |
+| `peering-gateway.d8-peering.svc` | a TCP passthrough (the Service) to the egress; per cluster, so only in its own map |
+
+The passthroughs and the ingress listen before the peering process starts, so every cluster's resolver map is
+complete before any peering process needs it, whatever order the clusters start in.
+
+Files under `DIR/<c>/`: `kubeconfig` (cluster-admin by client certificate, usable by kubectl as is),
+`peering-kubeconfig` (ServiceAccount d8-peering/peering, bearer token), `public-ca.crt`, `client-ca.crt`,
+`ports.json` (written by the peering process), `peering.log`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import pathlib
+import secrets
+import signal
+import sys
+import uuid
+from typing import Any, Callable
+
+import aiohttp
+import yaml
+
+from lab import certs
+from lab.dex import Dex
+from lab.ingress import Ingress, TcpPassthrough
+from lab.userauthn import UserAuthn
+
+log = logging.getLogger(__name__)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+MODULE_CRDS = ROOT / "charts" / "peering" / "crds"
+CHART = ROOT / "charts" / "peering"
+NAMESPACE = "d8-peering"
+EGRESS_HOST = "peering-gateway.d8-peering.svc"
+DEX_CLIENT_ID = "peering"
+# The kinds of the chart the emulator serves; the rest (Deployment, Service, Ingress, ...) the lab plays itself.
+CHART_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+# The peering process gets a token that outlives any lab run.
+PEERING_TOKEN_SECONDS = 7 * 24 * 3600
+READY_TIMEOUT = 90.0
+
+PeeringCommand = Callable[["LabCluster"], "list[str] | None"]
+
+
+def peering_executable() -> list[str] | None:
+    """How to run the `peering` console script here, or None while `control/cli.py` does not exist."""
+    script = pathlib.Path(sys.executable).with_name("peering")
+    if script.exists():
+        return [str(script)]
+    if (ROOT / "control" / "cli.py").exists():
+        return [sys.executable, "-m", "control.cli"]
+    return None
+
+
+def default_peering_command(cluster: "LabCluster") -> list[str] | None:
+    """The real peering process for `cluster`, with its listeners on loopback and the lab's resolver map."""
+    exe = peering_executable()
+    if exe is None:
+        return None
+    c = cluster.name
+    cmd = exe + [
+        "run",
+        "--kubeconfig", str(cluster.path("peering-kubeconfig")),
+        "--namespace", NAMESPACE,
+        "--public-domain-template", f"%s.{c}.lab",
+        "--bind-host", "127.0.0.1",
+        "--entrance-port", "0", "--join-port", "0", "--egress-port", "0", "--ops-port", "0",
+        "--ports-file", str(cluster.path("ports.json")),
+        "--dex-url", cluster.dex_issuer,
+        "--dex-ca-file", str(cluster.path("public-ca.crt")),
+        "--identity", f"lab-{c}",
+    ]
+    for host, target in sorted(cluster.process_resolve().items()):
+        cmd += ["--resolve", f"{host}={target}"]
+    return cmd
+
+
+def kubeconfig(cluster: str, server: str, ca_pem: bytes, tls_server_name: str, user: dict) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": {
+            "server": server,
+            "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+            "tls-server-name": tls_server_name,
+        }}],
+        "users": [{"name": "user", "user": user}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": "user"}}],
+        "current-context": cluster,
+    }
+
+
+def _write(path: pathlib.Path, data: bytes | str, mode: int = 0o600) -> None:
+    """Write atomically with restrictive permissions: these files hold keys and tokens."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    os.replace(tmp, path)
+
+
+def _ignore_exists(call: Callable[[], Any]) -> Any:
+    from lab.apiserver.errors import ApiError
+
+    try:
+        return call()
+    except ApiError as e:
+        if e.code != 409:
+            raise
+        return None
+
+
+class LabCluster:
+    """One lab cluster. `start()` starts it alone; `Lab` starts several that know each other's names."""
+
+    def __init__(self, name: str, dir: os.PathLike | str, *, peering_command: PeeringCommand | None = default_peering_command) -> None:
+        if not name or not name.replace("-", "").isalnum() or name != name.lower():
+            raise ValueError(f"cluster name {name!r}: use lower-case letters, digits and dashes (it becomes a DNS label)")
+        self.name = name
+        self.dir = pathlib.Path(dir)
+        self.peering_command = peering_command
+        self.pki = certs.cluster_pki(name)
+        self.uuid = str(uuid.uuid4())
+        self.dex_issuer = f"https://dex.{name}.lab"
+        self.dex_client_secret = secrets.token_urlsafe(32)
+        self.api: Any = None
+        self.dex: Dex | None = None
+        self.userauthn: UserAuthn | None = None
+        self.ingress: Ingress | None = None
+        self.entrance_lb: TcpPassthrough | None = None
+        self.egress_svc: TcpPassthrough | None = None
+        self.process: asyncio.subprocess.Process | None = None
+        self.ports: dict[str, int] = {}
+        self.peering_state = "not started"
+        # What this cluster's clients must resolve and trust: its own names until `Lab` adds the others'.
+        self.resolve: dict[str, str] = {}
+        self.trusted_ca_pems: list[bytes] = []
+        self._services_started = False
+
+    def path(self, name: str) -> pathlib.Path:
+        return self.dir / self.name / name
+
+    # --- names ---
+
+    def resolve_map(self) -> dict[str, str]:
+        """This cluster's public names and its own egress Service name, to 127.0.0.1:<port>."""
+        assert self._services_started, "start the cluster's services first"
+        return {
+            certs.api_host(self.name): f"127.0.0.1:{self.api.port}",
+            certs.dex_host(self.name): f"127.0.0.1:{self.dex.port}",
+            certs.join_host(self.name): f"127.0.0.1:{self.ingress.port}",
+            certs.entrance_host(self.name): f"127.0.0.1:{self.entrance_lb.port}",
+            EGRESS_HOST: f"127.0.0.1:{self.egress_svc.port}",
+        }
+
+    def public_resolve_map(self) -> dict[str, str]:
+        """The names other clusters may reach: all but the in-cluster Service."""
+        return {h: t for h, t in self.resolve_map().items() if h != EGRESS_HOST}
+
+    def process_resolve(self) -> dict[str, str]:
+        return {**self.resolve, **self.resolve_map()}
+
+    # --- lifecycle ---
+
+    async def start(self) -> None:
+        """Start this cluster alone: services, user-authn, and the peering process when there is one."""
+        await self.start_services()
+        self.resolve = self.resolve_map()
+        self.trusted_ca_pems = [self.pki.public_ca.cert_pem]
+        await self.start_controllers()
+
+    async def start_services(self) -> None:
+        """API server (seeded), Dex, ingress and passthroughs; nothing that needs other clusters' names."""
+        self.path(".").mkdir(parents=True, exist_ok=True)
+        try:
+            await self._start_services()
+        except BaseException:
+            await self.stop()
+            raise
+        self._services_started = True
+        self._write_files()
+
+    async def _start_services(self) -> None:
+        from lab.apiserver.app import ApiServer
+
+        # The emulator always loads its own lab CRDs (Project, TokenExchangeProvider); the module's come from the chart.
+        crds = sorted(MODULE_CRDS.glob("*.yaml"))
+        self.api = ApiServer(
+            name=self.name, crd_paths=crds, serving_cert_pem=self.pki.api.cert_pem,
+            serving_key_pem=self.pki.api.key_pem, client_ca_pem=self.pki.client_ca.cert_pem,
+        )
+        await self.api.start("127.0.0.1", 0)
+        self.dex = Dex(self.dex_issuer, certs.server_ssl_context(self.pki.dex))
+        self.dex.add_client(DEX_CLIENT_ID, self.dex_client_secret)
+        # kube-apiserver's client; the peering client may ask for tokens with audience `kubernetes`.
+        self.dex.add_client("kubernetes", secrets.token_urlsafe(32), trusted_peers=[DEX_CLIENT_ID])
+        await self.dex.start()
+        self.ingress = Ingress(certs.join_host(self.name), certs.server_ssl_context(self.pki.ingress))
+        await self.ingress.start()
+        self.entrance_lb = TcpPassthrough(certs.entrance_host(self.name))
+        await self.entrance_lb.start()
+        self.egress_svc = TcpPassthrough(EGRESS_HOST)
+        await self.egress_svc.start()
+        self.api.add_oidc(self._dex_authenticator())
+        await self.seed()
+
+    def _dex_authenticator(self) -> Any:
+        """kube-apiserver's OIDC flags as Deckhouse sets them: client id `kubernetes`, claims email and groups.
+
+        The API server reaches Dex by its name, which resolves to Dex's loopback port, and trusts the public CA.
+        """
+        from gateway.resolve import OverrideResolver
+        from lab.apiserver.auth.oidc import OIDCAuthenticator
+
+        resolver = OverrideResolver({certs.dex_host(self.name): f"127.0.0.1:{self.dex.port}"})
+        return OIDCAuthenticator(self.dex_issuer, "kubernetes", username_claim="email", groups_claim="groups",
+                                 ca_pem=self.pki.public_ca.cert_pem, resolver=resolver)
+
+    async def start_controllers(self) -> None:
+        """user-authn, then the peering process, with `self.resolve` and `self.trusted_ca_pems` complete."""
+        self._write_trust()
+        ctx = certs.client_ssl_context(b"".join(self.trusted_ca_pems))
+        self.userauthn = UserAuthn(self.api, self.dex, ssl_context=ctx, resolve=self.process_resolve())
+        await self.userauthn.start()
+        await self.start_peering()
+
+    async def start_peering(self) -> None:
+        if self.peering_command is None:
+            self.peering_state = "disabled"
+            return
+        cmd = self.peering_command(self)
+        if cmd is None:
+            self.peering_state = "absent: control/cli.py with `peering run` does not exist yet"
+            log.info("cluster %s: no peering process (%s)", self.name, self.peering_state)
+            return
+        ports_file = self.path("ports.json")
+        ports_file.unlink(missing_ok=True)
+        env = {**os.environ, "SSL_CERT_FILE": str(self.path("ca-bundle.crt")), "PYTHONUNBUFFERED": "1"}
+        logf = open(self.path("peering.log"), "ab")
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=logf, stderr=logf, env=env, cwd=str(ROOT),
+            )
+        finally:
+            logf.close()
+        self.peering_state = "starting"
+        try:
+            self.ports = await self._wait_ready(ports_file)
+        except BaseException:
+            await self.stop_peering()
+            raise
+        self.ingress.set_backend(self.ports["join"])
+        self.entrance_lb.set_target(self.ports["entrance"])
+        self.egress_svc.set_target(self.ports["egress"])
+        self.peering_state = "running"
+        self._write_files()
+
+    async def _wait_ready(self, ports_file: pathlib.Path) -> dict[str, int]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READY_TIMEOUT
+        ports: dict[str, int] | None = None
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+            while True:
+                if self.process.returncode is not None:
+                    raise RuntimeError(f"cluster {self.name}: the peering process exited with {self.process.returncode}; "
+                                       f"see {self.path('peering.log')}:\n{self._log_tail()}")
+                if loop.time() > deadline:
+                    raise TimeoutError(f"cluster {self.name}: the peering process was not ready within "
+                                       f"{READY_TIMEOUT:.0f}s; see {self.path('peering.log')}:\n{self._log_tail()}")
+                if ports is None and ports_file.exists():
+                    ports = {k: int(v) for k, v in json.loads(ports_file.read_text()).items()}
+                if ports is not None:
+                    try:
+                        async with http.get(f"http://127.0.0.1:{ports['ops']}/readyz") as r:
+                            if r.status == 200:
+                                return ports
+                    except (aiohttp.ClientError, asyncio.TimeoutError):
+                        pass
+                # Bounded poll: the process signals nothing else we could wait on.
+                await asyncio.sleep(0.1)
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.path("peering.log").read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    async def stop_peering(self) -> None:
+        proc, self.process = self.process, None
+        if proc is None:
+            return
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 20)
+            except asyncio.TimeoutError:
+                log.warning("cluster %s: the peering process ignored SIGTERM for 20s; killing it", self.name)
+                proc.kill()
+                await proc.wait()
+        self.peering_state = f"stopped (exit {proc.returncode})"
+        for lb in (self.ingress, self.entrance_lb, self.egress_svc):
+            if lb is not None:
+                (lb.set_backend if isinstance(lb, Ingress) else lb.set_target)(None)
+
+    async def stop(self) -> None:
+        """Stop everything this cluster started, the peering process first, whatever state it is in."""
+        await self.stop_peering()
+        if self.userauthn is not None:
+            await self.userauthn.stop()
+            self.userauthn = None
+        for part in (self.egress_svc, self.entrance_lb, self.ingress, self.dex, self.api):
+            if part is not None:
+                await part.stop()
+        self._services_started = False
+
+    # --- seeding ---
+
+    async def seed(self) -> None:
+        """What a fresh Deckhouse cluster with the module enabled holds, minus the module's own Deployment."""
+        api = self.api
+        for ns in ("kube-system", "default", NAMESPACE):
+            _ignore_exists(lambda ns=ns: api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+        api.create({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "d8-cluster-uuid", "namespace": "kube-system"},
+                    "data": {"cluster-uuid": self.uuid}})
+        api.create({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                    "metadata": {"name": "dex-client", "namespace": NAMESPACE},
+                    "data": {"clientID": base64.b64encode(DEX_CLIENT_ID.encode()).decode(),
+                             "clientSecret": base64.b64encode(self.dex_client_secret.encode()).decode()}})
+        await self.install_chart_rbac()
+        sa = api.get("", "serviceaccounts", "peering", NAMESPACE)
+        if sa is None:
+            sa = api.create({"apiVersion": "v1", "kind": "ServiceAccount",
+                             "metadata": {"name": "peering", "namespace": NAMESPACE}})
+        # No audiences asked: the token gets the API server's own (--api-audiences), as `kubectl create token`.
+        token, _ = api.sa_issuer.issue(NAMESPACE, "peering", sa["metadata"]["uid"], [], PEERING_TOKEN_SECONDS)
+        self._peering_token = token
+
+    def chart_objects(self) -> list[dict]:
+        """The chart's objects of the kinds the emulator serves, rendered as Deckhouse would for this cluster."""
+        import helm_python
+
+        chart = helm_python.Chart.load(str(CHART))
+        values = {"publicDomainTemplate": f"%s.{self.name}.lab", "https": {"mode": "CertManager"}}
+        rendered = chart.render(values=values, name="peering", namespace=NAMESPACE, is_install=True)
+        objs: list[dict] = []
+        for path in sorted(rendered):
+            for doc in yaml.safe_load_all(rendered[path]):
+                if isinstance(doc, dict) and doc.get("kind") in CHART_KINDS:
+                    objs.append(doc)
+        # Namespaces first, ClusterRoles before bindings: the order kubectl apply would need.
+        objs.sort(key=lambda o: CHART_KINDS.index(o["kind"]))
+        return objs
+
+    async def install_chart_rbac(self) -> None:
+        if not (CHART / "Chart.yaml").exists() or not (CHART / "templates").is_dir():
+            log.warning("cluster %s: charts/peering is not there yet; the module's RBAC is not installed", self.name)
+            return
+        try:
+            objs = await asyncio.to_thread(self.chart_objects)
+        except Exception as e:
+            log.warning("cluster %s: charts/peering does not render (%s); the module's RBAC is not installed",
+                        self.name, e)
+            return
+        namespaced = {"ServiceAccount", "Role", "RoleBinding"}
+        for obj in objs:
+            if obj["kind"] in namespaced:
+                obj["metadata"].setdefault("namespace", NAMESPACE)
+            _ignore_exists(lambda obj=obj: self.api.create(obj))
+        log.info("cluster %s: installed %d RBAC objects from charts/peering", self.name, len(objs))
+
+    # --- files ---
+
+    def _write_trust(self) -> None:
+        _write(self.path("ca-bundle.crt"), b"".join(self.trusted_ca_pems), 0o644)
+
+    def _write_files(self) -> None:
+        _write(self.path("public-ca.crt"), self.pki.public_ca.cert_pem, 0o644)
+        _write(self.path("client-ca.crt"), self.pki.client_ca.cert_pem, 0o644)
+        server = f"https://127.0.0.1:{self.api.port}"
+        tls_name = certs.api_host(self.name)
+        admin = kubeconfig(self.name, server, self.pki.public_ca.cert_pem, tls_name, {
+            "client-certificate-data": base64.b64encode(self.pki.admin.cert_pem).decode(),
+            "client-key-data": base64.b64encode(self.pki.admin.key_pem).decode(),
+        })
+        _write(self.path("kubeconfig"), yaml.safe_dump(admin, sort_keys=False))
+        peering = kubeconfig(self.name, server, self.pki.public_ca.cert_pem, tls_name, {"token": self._peering_token})
+        _write(self.path("peering-kubeconfig"), yaml.safe_dump(peering, sort_keys=False))
+
+    def info(self) -> dict:
+        """This cluster's entry in lab.json."""
+        return {
+            "name": self.name,
+            "uuid": self.uuid,
+            "publicDomainTemplate": f"%s.{self.name}.lab",
+            "apiServer": f"https://127.0.0.1:{self.api.port}",
+            "dexIssuer": self.dex_issuer,
+            "resolve": self.resolve_map(),
+            "caBundles": {
+                "public": self.pki.public_ca.cert_pem.decode(),
+                "client": self.pki.client_ca.cert_pem.decode(),
+            },
+            "files": {
+                "kubeconfig": str(self.path("kubeconfig")),
+                "peeringKubeconfig": str(self.path("peering-kubeconfig")),
+                "publicCA": str(self.path("public-ca.crt")),
+                "clientCA": str(self.path("client-ca.crt")),
+                "caBundle": str(self.path("ca-bundle.crt")),
+                "peeringLog": str(self.path("peering.log")),
+            },
+            "peering": {
+                "state": self.peering_state,
+                "pid": self.process.pid if self.process else None,
+                "ports": self.ports,
+            },
+        }
+
+
+class Lab:
+    """Several lab clusters that resolve and trust each other's public names."""
+
+    def __init__(self, dir: os.PathLike | str, names: list[str], *, peering_command: PeeringCommand | None = default_peering_command) -> None:
+        if len(set(names)) != len(names) or not names:
+            raise ValueError(f"cluster names {names!r}: give one or more distinct names")
+        self.dir = pathlib.Path(dir)
+        self.clusters = {n: LabCluster(n, self.dir, peering_command=peering_command) for n in names}
+
+    def __getitem__(self, name: str) -> LabCluster:
+        return self.clusters[name]
+
+    async def start(self) -> None:
+        try:
+            await asyncio.gather(*(c.start_services() for c in self.clusters.values()))
+            resolve: dict[str, str] = {}
+            for c in self.clusters.values():
+                resolve.update(c.public_resolve_map())
+            cas = [c.pki.public_ca.cert_pem for c in self.clusters.values()]
+            for c in self.clusters.values():
+                c.resolve = dict(resolve)
+                c.trusted_ca_pems = list(cas)
+            await asyncio.gather(*(c.start_controllers() for c in self.clusters.values()))
+        except BaseException:
+            await self.stop()
+            raise
+        self.write_info()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(c.stop() for c in self.clusters.values()), return_exceptions=True)
+
+    def info(self) -> dict:
+        return {"ready": True, "dir": str(self.dir), "clusters": {n: c.info() for n, c in self.clusters.items()}}
+
+    def write_info(self) -> None:
+        _write(self.dir / "lab.json", json.dumps(self.info(), indent=2), 0o600)

@@ -1,0 +1,109 @@
+"""Lab clusters for tests: in-process (`lab_clusters`) or as background processes (`lab_processes`).
+
+In-process, for tests that reach into the emulator or Dex directly:
+
+    async with lab_clusters(tmp_path, ["a", "b"]) as lab:
+        lab["a"].api.list("", "namespaces")
+        lab["a"].dex.exchange_calls
+
+As processes, exactly as `python -m lab up` runs them, for tests that use kubectl or want the real process tree:
+
+    with lab_processes(tmp_path, ["a", "b"]) as lab:
+        lab.kubectl("a", "get", "namespaces")
+
+or through the pytest fixture factory (one lab per module):
+
+    lab = lab_process_fixture(["a", "b"])
+
+    def test_x(lab): ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import pathlib
+import ssl
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import AsyncIterator, Iterator
+
+from lab.cluster import ROOT, Lab, PeeringCommand, default_peering_command
+
+KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
+
+
+@contextlib.asynccontextmanager
+async def lab_clusters(dir: pathlib.Path, names: list[str], *,
+                       peering_command: PeeringCommand | None = default_peering_command) -> AsyncIterator[Lab]:
+    """Started clusters in this event loop; all stopped on exit, also when the body fails."""
+    lab = Lab(dir, names, peering_command=peering_command)
+    await lab.start()
+    try:
+        yield lab
+    finally:
+        await lab.stop()
+
+
+@dataclass
+class LabProcesses:
+    """A running `python -m lab up` lab, as its lab.json describes it."""
+
+    dir: pathlib.Path
+    info: dict
+
+    def cluster(self, name: str) -> dict:
+        return self.info["clusters"][name]
+
+    def kubeconfig(self, name: str) -> str:
+        return self.cluster(name)["files"]["kubeconfig"]
+
+    def resolve(self, name: str) -> dict[str, str]:
+        return self.cluster(name)["resolve"]
+
+    def ssl_context(self, name: str) -> ssl.SSLContext:
+        """Trusts the public CA of cluster `name` (its API server, Dex and ingress)."""
+        return ssl.create_default_context(cadata=self.cluster(name)["caBundles"]["public"])
+
+    def kubectl(self, name: str, *args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+        return subprocess.run([KUBECTL, "--kubeconfig", self.kubeconfig(name), *args], capture_output=True,
+                              text=True, check=check, timeout=timeout)
+
+
+def lab_up(dir: pathlib.Path, names: list[str], *, peering: bool = True, timeout: float = 180) -> LabProcesses:
+    cmd = [sys.executable, "-m", "lab", "up", "--clusters", ",".join(names), "--dir", str(dir),
+           "--timeout", str(timeout)]
+    if not peering:
+        cmd.append("--no-peering")
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT), timeout=timeout + 30)
+    if done.returncode != 0:
+        raise RuntimeError(f"python -m lab up failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return LabProcesses(pathlib.Path(dir), json.loads((pathlib.Path(dir) / "lab.json").read_text()))
+
+
+def lab_down(dir: pathlib.Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lab", "down", "--dir", str(dir)], capture_output=True, text=True,
+                          cwd=str(ROOT), timeout=timeout + 30, check=True)
+
+
+@contextlib.contextmanager
+def lab_processes(dir: pathlib.Path, names: list[str], *, peering: bool = True) -> Iterator[LabProcesses]:
+    """`python -m lab up` on entry, `python -m lab down` on exit."""
+    lab = lab_up(dir, names, peering=peering)
+    try:
+        yield lab
+    finally:
+        lab_down(dir)
+
+
+def lab_process_fixture(names: list[str], *, scope: str = "module", peering: bool = True):
+    """A pytest fixture giving a `LabProcesses` with clusters `names`, shared by the tests of its scope."""
+    import pytest
+
+    @pytest.fixture(scope=scope)
+    def _lab(tmp_path_factory) -> Iterator[LabProcesses]:
+        with lab_processes(tmp_path_factory.mktemp("lab"), names, peering=peering) as lab:
+            yield lab
+
+    return _lab
