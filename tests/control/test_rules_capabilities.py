@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from control.rules import capabilities as caps
@@ -178,6 +178,7 @@ def test_scope(rules, expected):
     assert caps.scope(rules, namespaced) == expected
 
 
+@settings(deadline=None)
 @given(
     st.lists(
         st.fixed_dictionaries(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from control.rules import capabilities as caps
@@ -196,6 +196,7 @@ def test_label_or_owner_drift_is_repaired():
     assert [o["kind"] for o in d.update] == ["ClusterRole"]
 
 
+@settings(deadline=None)
 @given(
     st.sets(st.sampled_from(["cm", "nodes", "both"])),
     st.sets(st.sampled_from(["p1", "p2", "p3"])),

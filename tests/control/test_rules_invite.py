@@ -6,7 +6,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from control.rules import invite
@@ -155,6 +155,7 @@ def test_unknown_and_wrong_answer_alike():
     assert unknown == wrong
 
 
+@settings(deadline=None)
 @given(st.text(max_size=80))
 def test_redeem_any_token_text(token):
     r = invite.redeem(LIVE, token, "b", None, NOW)
