@@ -115,7 +115,12 @@ class LeaderElector:
     async def _run(self) -> None:
         period = self.settings.retry_period
         while True:
-            state = await self._try()
+            try:
+                # A hung API server must not keep a leader from noticing that its renew deadline passed.
+                state = await asyncio.wait_for(self._try(), timeout=max(period, self.settings.renew_deadline / 2))
+            except asyncio.TimeoutError:
+                log.warning("lease attempt timed out", extra={"lease": self.settings.name})
+                state = "error"
             now = time.monotonic()
             if state == "held":
                 self._last_renew = now
