@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import yaml
 from aiohttp import web
 
-from lab.apiserver import discovery, errors, patch, table
+from lab.apiserver import discovery, errors, patch, protobuf, table
 from lab.apiserver.auth import rbac, reviews, sensitive
 from lab.apiserver.auth.authn import Authenticator
 from lab.apiserver.auth.tokens import ServiceAccountIssuer
@@ -448,6 +448,8 @@ class ApiServer:
         if not raw:
             raise errors.bad_request("the request needs a body: the object to write, as JSON")
         ctype = request.content_type
+        if ctype == protobuf.MEDIA_TYPE:
+            return protobuf.decode(raw)
         try:
             if ctype in ("application/yaml", patch.APPLY_YAML) and allow_yaml:
                 return yaml.safe_load(raw)
