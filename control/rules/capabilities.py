@@ -7,6 +7,10 @@ tokens, CSR approval, TokenReviews), shells into workloads (exec, attach, port-f
 containers), the module's own resources, and writes to Namespaces (a label moves a namespace into a project, and
 so into the peering).
 
+Workloads (pods, deployments and the like) are allowed: refusing them would refuse most useful capabilities. A
+capability that creates pods can run them as any ServiceAccount of the namespaces it applies to; opening such a
+capability is the administrator's decision, and the ACCEPTED column does not vouch for it.
+
 Secrets are refused for every verb and scope: a Secret may hold a ServiceAccount token or a kubeconfig of a far
 more privileged identity, and the peer's module would then act as that identity. A module that must move Secrets
 between clusters should declare a narrower resource of its own.
@@ -67,6 +71,9 @@ REFUSED_WRITES = {
     ("", "namespaces"): "a namespace's labels decide its project and Pod Security level",
     ("deckhouse.io", "projects"): "projects decide which namespaces are paired",
     ("deckhouse.io", "projecttemplates"): "project templates create RBAC in every project",
+    ("", "nodes"): "a node's labels and taints decide where workloads run, sensitive ones included",
+    ("", "nodes/status"): "a node's status decides where workloads run",
+    ("", "persistentvolumes"): "a PersistentVolume can mount any path of a node's file system",
 }
 
 # Reasons of the Accepted condition, most severe first: a capability with several problems reports the first.

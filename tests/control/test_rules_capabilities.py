@@ -86,6 +86,8 @@ def test_non_resource_urls_accepted():
         (rule(resources=["services/proxy"], verbs=["get"]), "PrivilegeEscalation", "proxies"),
         (rule(resources=["pods/ephemeralcontainers"], verbs=["patch"]), "PrivilegeEscalation", "shell"),
         (rule(resources=["namespaces"], verbs=["patch"]), "PrivilegeEscalation", "labels"),
+        (rule(resources=["nodes"], verbs=["patch"]), "PrivilegeEscalation", "taints"),
+        (rule(resources=["persistentvolumes"], verbs=["create"]), "PrivilegeEscalation", "file system"),
         (rule(groups=["deckhouse.io"], resources=["projects"], verbs=["create"]), "PrivilegeEscalation", "projects"),
         (rule(groups=["deckhouse.io"], resources=["moduleconfigs"], verbs=["get"]), "PrivilegeEscalation", "module"),
         (rule(groups=["deckhouse.io"], resources=["clusterauthorizationrules"]), "PrivilegeEscalation", "rules"),
@@ -110,8 +112,9 @@ def test_refused_rules(the_rule, reason, words):
     assert "rule 2" in v.message or "rules" in v.message
 
 
-def test_reading_namespaces_is_fine():
-    assert caps.validate(spec(rule(resources=["namespaces"], verbs=["get", "list"]))).accepted
+def test_reading_namespaces_nodes_and_volumes_is_fine():
+    for resource in ("namespaces", "nodes", "persistentvolumes"):
+        assert caps.validate(spec(rule(resources=[resource], verbs=["get", "list", "watch"]))).accepted
 
 
 @pytest.mark.parametrize(
