@@ -232,6 +232,7 @@ PERMANENT_JOIN_REASONS = frozenset(
         "TooLong",
         "Expired",
         "PinMismatch",
+        "InvalidAnswer",
         "InvalidTokenTTL",
         INVALID_SPEC,
     }
