@@ -191,3 +191,24 @@ def test_other_ca_says_to_recreate():
     st = PeeringState("Invite", credentials_from_other_ca=True)
     msg = c.readiness(st, NOW).ready.message
     assert "delete this ClusterPeer" in msg and "both clusters" in msg
+
+
+def test_every_reason_is_documented():
+    """docs/protocol.md lists every reason the rules can choose."""
+    from pathlib import Path
+
+    from control.rules import capabilities, join
+
+    doc = Path(__file__).resolve().parents[2].joinpath("docs", "protocol.md").read_text()
+    reasons = set(c.PERMANENT_JOIN_REASONS) | set(c.SYNC_REASONS) | set(c.USER_AUTHN_REASONS) | set(join.KNOWN_JOIN_REASONS)
+    reasons |= {
+        getattr(mod, name)
+        for mod in (c, capabilities, join)
+        for name in dir(mod)
+        if name.isupper() and isinstance(getattr(mod, name), str) and getattr(mod, name)[:1].isupper()
+        and " " not in getattr(mod, name) and "." not in getattr(mod, name)
+    }
+    reasons -= {c.PENDING, c.ACTIVE, c.ERROR, c.READY, c.TOKEN_EXCHANGE_READY, c.CLIENT_CERT_ENFORCED,
+                c.SERVER_CERT_OURS}
+    missing = sorted(r for r in reasons if f"`{r}`" not in doc)
+    assert missing == []
