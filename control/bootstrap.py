@@ -127,6 +127,10 @@ class CertificatesReconciler:
         self.watches = (Watch(SECRETS, namespace=namespace, label_selector=MANAGED_BY,
                               keys=lambda _t, o: [KEY] if (o.get("metadata") or {}).get("name") in names else []),)
 
+    def initial_keys(self) -> list[str]:
+        # Nothing may exist yet to make an event: the first pass of every new leader creates what is missing.
+        return [KEY]
+
     async def reconcile(self, key: str) -> Result:
         # Read from the API, not the cache: a Secret someone else created without our label is invisible to the
         # cache, and the CA must never be replaced because of a stale or filtered view.

@@ -13,6 +13,9 @@ A reconciler is declared once, in one way:
             ...                                                    # read the caches, write the differences
             return Result(requeue_after=300.0)
 
+A reconciler whose work does not start from an object (the cluster's own certificates) may also define
+`initial_keys() -> Iterable[str]`: those keys are queued every time this replica starts leading.
+
 `Controller` (below) subscribes each reconciler's watches to the shared informers while this replica holds the
 Lease, feeds the keys into one `WorkQueue` per reconciler and runs its workers. A key is a plain string:
 `name` for cluster-scoped objects, `namespace/name` for namespaced ones (`key_of`).
@@ -346,6 +349,10 @@ class Controller:
 
     def _start_runner(self, runner: Runner) -> None:
         runner.start()
+        initial = getattr(runner.reconciler, "initial_keys", None)
+        if initial is not None:
+            for key in initial():
+                runner.queue.add(key)
         for watch in runner.reconciler.watches:
             informer = self.informers.get(watch.resource, namespace=watch.namespace,
                                           label_selector=watch.label_selector, field_selector=watch.field_selector)
