@@ -1,0 +1,63 @@
+"""`peering run` as a real process: it binds OS-chosen ports, reports them, becomes ready, and on SIGTERM stops
+cleanly and releases its Lease."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+
+import aiohttp
+
+from tests.control.conftest import NAMESPACE, eventually
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+async def test_peering_run_serves_readyz_and_stops_on_sigterm(api, tmp_path):
+    server, kubeconfig = api
+    ports_file = tmp_path / "ports.json"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "control.cli", "run", "--kubeconfig", str(kubeconfig),
+        "--public-domain-template", "%s.s.lab", "--bind-host", "127.0.0.1", "--entrance-port", "0",
+        "--join-port", "0", "--egress-port", "0", "--ops-port", "0", "--ports-file", str(ports_file),
+        "--identity", "replica-1", "--dex-url", "https://dex.s.lab", "--resolve", "dex.s.lab=127.0.0.1:9",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        await eventually(ports_file.exists, timeout=30, what="the ports file")
+        ports = json.loads(ports_file.read_text())
+        assert set(ports) == {"entrance", "join", "egress", "ops"} and all(p > 0 for p in ports.values())
+
+        async with aiohttp.ClientSession() as http:
+            async def ready():
+                async with http.get(f"http://127.0.0.1:{ports['ops']}/readyz") as resp:
+                    return resp.status == 200
+
+            await eventually(ready, timeout=30, what="/readyz 200")
+            async with http.get(f"http://127.0.0.1:{ports['ops']}/healthz") as resp:
+                assert resp.status == 200
+            # The join listener answers, and with no join handler registered yet, says so.
+            async with http.post(f"http://127.0.0.1:{ports['join']}/v1/join", json={"token": "x"}) as resp:
+                body = await resp.json()
+                assert resp.status == 503 and body["reason"] == "NotReady", body
+
+        lease = server.get("coordination.k8s.io", "leases", "peering", NAMESPACE)
+        assert lease["spec"]["holderIdentity"] == "replica-1"
+        assert server.get("", "secrets", "peering-ca", NAMESPACE) is not None
+
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 20)
+        stderr = (await proc.stderr.read()).decode()
+        assert proc.returncode == 0, stderr[-3000:]
+        lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        assert any(line["msg"] == "control loop stopped" for line in lines)
+        assert len(lines) == len([x for x in stderr.splitlines() if x.strip()]), "every log line is JSON"
+        assert "BEGIN" not in stderr and "PRIVATE KEY" not in stderr
+        lease = server.get("coordination.k8s.io", "leases", "peering", NAMESPACE)
+        assert "holderIdentity" not in lease["spec"], "the Lease is released on SIGTERM"
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
