@@ -127,12 +127,20 @@ def _ignore_exists(call: Callable[[], Any]) -> Any:
         return None
 
 
+def check_cluster_name(name: str) -> None:
+    """A cluster name becomes a DNS label of its host names (`api.<name>.lab`)."""
+    label = name.replace("-", "")
+    if not name or len(name) > 63 or not label.isascii() or not label.isalnum() or name != name.lower() \
+            or name.startswith("-") or name.endswith("-"):
+        raise ValueError(f"cluster name {name!r}: use lower-case letters, digits and inner dashes, at most 63 "
+                         "characters (it becomes a DNS label)")
+
+
 class LabCluster:
     """One lab cluster. `start()` starts it alone; `Lab` starts several that know each other's names."""
 
     def __init__(self, name: str, dir: os.PathLike | str, *, peering_command: PeeringCommand | None = default_peering_command) -> None:
-        if not name or not name.replace("-", "").isalnum() or name != name.lower():
-            raise ValueError(f"cluster name {name!r}: use lower-case letters, digits and dashes (it becomes a DNS label)")
+        check_cluster_name(name)
         self.name = name
         self.dir = pathlib.Path(dir)
         self.peering_command = peering_command

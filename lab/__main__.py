@@ -1,0 +1,194 @@
+"""`python -m lab up|down|serve`: run lab clusters in the background for tests, benchmarks and the demo.
+
+    python -m lab up --clusters a,b --dir DIR     start clusters a and b, return once all are ready
+    python -m lab down --dir DIR                  stop them and wait until they are gone
+    python -m lab serve --clusters a,b --dir DIR  the same clusters in the foreground (what `up` runs)
+
+`up` writes DIR/lab.json (per cluster: uuid, resolver map, CA bundles, file paths), DIR/<cluster>/kubeconfig for
+a cluster-admin (`kubectl --kubeconfig DIR/a/kubeconfig get namespaces`), DIR/lab.pid and logs in DIR/lab.log
+and DIR/<cluster>/peering.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+from lab.cluster import ROOT, Lab, check_cluster_name, default_peering_command
+
+log = logging.getLogger("lab")
+
+UP_TIMEOUT = 180.0
+DOWN_TIMEOUT = 60.0
+
+
+def _pid_file(d: pathlib.Path) -> pathlib.Path:
+    return d / "lab.pid"
+
+
+def _read_pid(d: pathlib.Path) -> int | None:
+    try:
+        return int(_pid_file(d).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _is_lab_process(pid: int) -> bool:
+    """Alive and really a `python -m lab serve`: a pid file may outlive its process and the pid be reused."""
+    try:
+        cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    if state in ("Z", "X"):  # exited, waiting to be reaped: gone for our purposes
+        return False
+    return b"lab" in cmdline and b"serve" in cmdline
+
+
+def _tail(path: pathlib.Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _clusters(value: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give cluster names separated by commas, e.g. a,b")
+    for name in names:
+        try:
+            check_cluster_name(name)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"cluster names {value!r}: each name once")
+    return names
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    d = pathlib.Path(args.dir).resolve()
+    d.mkdir(parents=True, exist_ok=True)
+    pid = _read_pid(d)
+    if pid is not None and _is_lab_process(pid):
+        print(f"a lab already runs from {d} (pid {pid}); stop it with: python -m lab down --dir {d}", file=sys.stderr)
+        return 1
+    (d / "lab.json").unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "lab", "serve", "--clusters", ",".join(args.clusters), "--dir", str(d)]
+    if args.no_peering:
+        cmd.append("--no-peering")
+    with open(d / "lab.log", "ab") as logf:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd=str(ROOT),
+                                start_new_session=True)
+    _pid_file(d).write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + args.timeout
+    while True:
+        code = proc.poll()
+        if code is not None:
+            _pid_file(d).unlink(missing_ok=True)
+            print(f"the lab failed to start (exit {code}); {d / 'lab.log'} ends with:\n{_tail(d / 'lab.log')}",
+                  file=sys.stderr)
+            return 1
+        try:
+            info = json.loads((d / "lab.json").read_text())
+        except (OSError, ValueError):
+            info = None
+        if info and info.get("ready"):
+            break
+        if time.monotonic() > deadline:
+            proc.terminate()
+            print(f"the lab was not ready within {args.timeout:.0f}s; stopped it. {d / 'lab.log'}:\n"
+                  f"{_tail(d / 'lab.log')}", file=sys.stderr)
+            return 1
+        time.sleep(0.1)  # bounded poll of another process's file
+    for name, c in info["clusters"].items():
+        print(f"cluster {name}: uuid {c['uuid']}, kubeconfig {c['files']['kubeconfig']}, "
+              f"peering {c['peering']['state']}")
+    print(f"lab ready: {d / 'lab.json'}; stop it with: python -m lab down --dir {d}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    d = pathlib.Path(args.dir).resolve()
+    pid = _read_pid(d)
+    if pid is None or not _is_lab_process(pid):
+        _pid_file(d).unlink(missing_ok=True)
+        print(f"no lab runs from {d}")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + args.timeout
+    while _is_lab_process(pid):
+        if time.monotonic() > deadline:
+            print(f"the lab (pid {pid}) did not stop within {args.timeout:.0f}s; killing it", file=sys.stderr)
+            os.killpg(pid, signal.SIGKILL)
+            break
+        time.sleep(0.1)  # bounded poll: the process is not our child, nothing to wait on
+    _pid_file(d).unlink(missing_ok=True)
+    print(f"lab in {d} stopped")
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    d = pathlib.Path(args.dir).resolve()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    lab = Lab(d, args.clusters, peering_command=None if args.no_peering else default_peering_command)
+    start = asyncio.ensure_future(lab.start())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([start, stopped], return_when=asyncio.FIRST_COMPLETED)
+    if not start.done():
+        # Asked to stop while starting: starting cleans up after itself when cancelled.
+        start.cancel()
+        await asyncio.gather(start, return_exceptions=True)
+        return 0
+    stopped.cancel()
+    await asyncio.gather(stopped, return_exceptions=True)
+    try:
+        start.result()
+    except Exception:
+        log.exception("the lab failed to start")
+        return 1
+    _pid_file(d).write_text(f"{os.getpid()}\n")
+    log.info("lab ready: %s", d / "lab.json")
+    await stop.wait()
+    log.info("stopping the lab")
+    await lab.stop()
+    info = json.loads((d / "lab.json").read_text())
+    info["ready"] = False
+    (d / "lab.json").write_text(json.dumps(info, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("up", "serve"):
+        p = sub.add_parser(name)
+        p.add_argument("--clusters", type=_clusters, default=["a", "b"], help="cluster names, e.g. a,b")
+        p.add_argument("--dir", required=True, help="directory for lab.json, kubeconfigs and logs")
+        p.add_argument("--no-peering", action="store_true", help="do not start the peering process")
+        p.add_argument("--timeout", type=float, default=UP_TIMEOUT, help="seconds to wait for readiness")
+    p = sub.add_parser("down")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--timeout", type=float, default=DOWN_TIMEOUT)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "up":
+        return cmd_up(args)
+    if args.command == "down":
+        return cmd_down(args)
+    return asyncio.run(_serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""`python -m lab up` / `down` as processes: lab.json, kubeconfigs usable by kubectl, clean stop."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pathlib
+import socket
+import ssl
+import subprocess
+import sys
+
+import pytest
+import yaml
+from cryptography import x509
+
+from lab.cluster import ROOT
+from lab.testing import KUBECTL, lab_down, lab_up
+
+pytestmark = pytest.mark.slow
+
+HOSTS = ("api.{c}.lab", "dex.{c}.lab", "peering.{c}.lab", "peering-gateway.{c}.lab", "peering-gateway.d8-peering.svc")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _tls_names(port: int, ca_pem: str, host: str) -> list[str]:
+    """Handshake as a client would, by name, and return the DNS names the server's certificate holds."""
+    ctx = ssl.create_default_context(cadata=ca_pem)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, ctx.wrap_socket(raw, server_hostname=host) as s:
+        cert = x509.load_der_x509_certificate(s.getpeercert(binary_form=True))
+    return cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+
+
+def test_up_kubectl_down(tmp_path):
+    lab = lab_up(tmp_path, ["a", "b"], peering=False)
+    pid = int((tmp_path / "lab.pid").read_text())
+    try:
+        assert _alive(pid)
+        info = json.loads((tmp_path / "lab.json").read_text())
+        assert info["ready"] is True
+        assert set(info["clusters"]) == {"a", "b"}
+        assert info["clusters"]["a"]["uuid"] != info["clusters"]["b"]["uuid"]
+        for c in ("a", "b"):
+            entry = info["clusters"][c]
+            assert entry["publicDomainTemplate"] == f"%s.{c}.lab"
+            assert set(entry["resolve"]) == {h.format(c=c) for h in HOSTS}
+            assert all(t.startswith("127.0.0.1:") for t in entry["resolve"].values())
+            assert entry["peering"]["state"] == "disabled"
+            # The CA bundle in lab.json is what a client trusts for the cluster's public names.
+            for host in ("api", "dex", "peering"):
+                port = int(entry["resolve"][f"{host}.{c}.lab"].split(":")[1])
+                assert _tls_names(port, entry["caBundles"]["public"], f"{host}.{c}.lab") == [f"{host}.{c}.lab"]
+
+            # kubectl uses the written kubeconfig as is.
+            out = lab.kubectl(c, "get", "namespaces", "-o", "name").stdout.split()
+            assert {"namespace/kube-system", "namespace/default", "namespace/d8-peering"} <= set(out)
+            uuid = lab.kubectl(c, "-n", "kube-system", "get", "configmap", "d8-cluster-uuid",
+                               "-o", "jsonpath={.data.cluster-uuid}").stdout
+            assert uuid == entry["uuid"]
+            assert lab.kubectl(c, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").stdout == "admin"
+            # The module's RBAC came from the chart.
+            assert "d8:peering" in lab.kubectl(c, "get", "clusterroles", "-o", "name").stdout
+            # The Dex client the gateway reads.
+            secret_id = lab.kubectl(c, "-n", "d8-peering", "get", "secret", "dex-client",
+                                    "-o", "jsonpath={.data.clientID}").stdout
+            assert base64.b64decode(secret_id) == b"peering"
+
+            # The peering process's kubeconfig authenticates as its ServiceAccount.
+            peering_kc = entry["files"]["peeringKubeconfig"]
+            assert oct(os.stat(peering_kc).st_mode & 0o777) == "0o600"
+            assert yaml.safe_load(pathlib.Path(peering_kc).read_text())["clusters"][0]["cluster"]["tls-server-name"] \
+                == f"api.{c}.lab"
+            who = subprocess.run([KUBECTL, "--kubeconfig", peering_kc, "auth", "whoami", "-o",
+                                  "jsonpath={.status.userInfo.username}"], capture_output=True, text=True, timeout=30)
+            assert who.stdout == "system:serviceaccount:d8-peering:peering", who.stderr
+
+        # A second lab in the same directory is refused while this one runs.
+        again = subprocess.run([sys.executable, "-m", "lab", "up", "--clusters", "a", "--dir", str(tmp_path)],
+                               capture_output=True, text=True, cwd=str(ROOT), timeout=60)
+        assert again.returncode == 1 and "already runs" in again.stderr
+    finally:
+        down = lab_down(tmp_path)
+    assert "stopped" in down.stdout
+    assert not _alive(pid)
+    assert not (tmp_path / "lab.pid").exists()
+    assert json.loads((tmp_path / "lab.json").read_text())["ready"] is False
+    # Its listeners are gone.
+    port = int(info["clusters"]["a"]["resolve"]["api.a.lab"].split(":")[1])
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    # down is idempotent.
+    assert "no lab runs" in lab_down(tmp_path).stdout
+
+
+def test_up_refuses_a_cluster_name_that_is_not_a_dns_label(tmp_path):
+    bad = subprocess.run([sys.executable, "-m", "lab", "up", "--clusters", "a,B_1", "--dir", str(tmp_path)],
+                         capture_output=True, text=True, cwd=str(ROOT), timeout=60)
+    assert bad.returncode == 2
+    assert "'B_1'" in bad.stderr and "DNS label" in bad.stderr
+    assert not (tmp_path / "lab.pid").exists()
+
+
+def test_up_reports_a_start_that_fails_with_the_log(tmp_path):
+    """The background process dies (here: its directory cannot hold a cluster); `up` says so with the log."""
+    (tmp_path / "a").write_text("a file where the cluster's directory should be")
+    bad = subprocess.run([sys.executable, "-m", "lab", "up", "--clusters", "a", "--dir", str(tmp_path),
+                          "--no-peering"], capture_output=True, text=True, cwd=str(ROOT), timeout=90)
+    assert bad.returncode == 1
+    assert "failed to start" in bad.stderr and "lab.log" in bad.stderr
+    assert not (tmp_path / "lab.pid").exists()
