@@ -24,7 +24,8 @@ from control.config import DexSettings, KubeSettings, LeaseSettings, ListenSetti
 log = logging.getLogger("peering.control.cli")
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
-_SECRET_WORDS = ("token", "secret", "password", "key", "authorization")
+_SECRET_NAMES = {"token", "secret", "password", "authorization", "private_key", "key_pem", "client_secret"}
+_SECRET_SUFFIXES = ("_token", "_secret", "_password", "_key_pem", "_private_key")
 
 
 class JsonFormatter(logging.Formatter):
@@ -44,7 +45,8 @@ class JsonFormatter(logging.Formatter):
         for name, value in vars(record).items():
             if name in _STANDARD or name.startswith("_"):
                 continue
-            if any(word in name.lower() for word in _SECRET_WORDS):
+            lowered = name.lower()
+            if lowered in _SECRET_NAMES or lowered.endswith(_SECRET_SUFFIXES):
                 value = "<redacted>"
             line[name] = value if isinstance(value, (str, int, float, bool, type(None), list, dict)) else str(value)
         if record.exc_info and record.exc_info[0] is not None:

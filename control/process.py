@@ -232,7 +232,8 @@ async def run_process(settings: Settings, stop: asyncio.Event) -> None:
                              f"and the ServiceAccount's RBAC") from None
         if not dex.client_id():
             log.warning("Dex client Secret missing or without clientID: token exchange will fail until it exists "
-                        "and the process restarts", extra={"secret": settings.dex.client_secret_name})
+                        "and the process restarts",
+                        extra={"object": f"{settings.kube.namespace}/{settings.dex.client_secret_name}"})
         gateway = Gateway(gateway_config(settings, kube, dex), handlers)
         runtime = Runtime(settings, kube, gateway, handlers=handlers)
         try:

@@ -71,9 +71,13 @@ def test_json_log_line_carries_extras_and_redacts_credential_names():
     record = logging.LogRecord("peering.x", logging.INFO, __file__, 1, "joined %s", ("b",), None)
     record.peer = "cluster-b"
     record.token = "eyJ-secret"
+    record.client_secret = "s3cr3t"
+    record.key = "ns/name"
     line = json.loads(cli.JsonFormatter().format(record))
     assert line["msg"] == "joined b" and line["level"] == "info" and line["peer"] == "cluster-b"
-    assert line["token"] == "<redacted>" and "eyJ-secret" not in json.dumps(line)
+    assert line["token"] == line["client_secret"] == "<redacted>"
+    assert "eyJ-secret" not in json.dumps(line) and "s3cr3t" not in json.dumps(line)
+    assert line["key"] == "ns/name", "a work-queue key is not a credential"
 
 
 def test_ports_file_is_written_whole(tmp_path):
