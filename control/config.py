@@ -38,7 +38,7 @@ class ListenSettings:
     egress_port: int = 9443
     """In-cluster egress for local consumers (peering-gateway.d8-peering.svc); 0 lets the OS choose."""
 
-    ops_port: int = 9090
+    ops_port: int = 8081
     """Plain-HTTP /healthz, /readyz and /metrics; 0 lets the OS choose."""
 
     ports_file: str | None = None
