@@ -224,6 +224,8 @@ class Gateway:
             return False, "no peer registry has been published yet"
         if self._pool is not None and not self._pool.alive():
             return False, "a gateway worker process is not running; it is being started again"
+        if self._pool is not None and not self._pool.synced():
+            return False, "the gateway workers have not applied the latest registry and certificates yet"
         return True, "ok"
 
     def metrics_text(self) -> bytes:

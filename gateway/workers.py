@@ -110,7 +110,7 @@ async def _worker(index: int, config: GatewayConfig, sockets: dict[str, socket.s
     def on_message() -> None:
         try:
             while conn.poll():
-                kind, *args = conn.recv()
+                seq, kind, *args = conn.recv()
                 if kind == "registry":
                     gw.publish(args[0])
                 elif kind == "certs":
@@ -121,6 +121,7 @@ async def _worker(index: int, config: GatewayConfig, sockets: dict[str, socket.s
                     conn.send(("metrics", args[0], index, gw.metrics_text().decode()))
                 elif kind == "stop" and not done.done():
                     done.set_result(None)
+                conn.send(("ack", seq))
         except (EOFError, OSError):
             if not done.done():
                 done.set_result(None)
@@ -163,6 +164,7 @@ class _Worker:
     index: int
     process: Any
     conn: Connection
+    acked: int = 0
 
 
 class WorkerPool:
@@ -188,6 +190,7 @@ class WorkerPool:
         self._scrape_id = 0
         self._scrapes: dict[int, tuple[asyncio.Future, dict[int, str]]] = {}
         self._stopping = False
+        self._seq = 0
 
     @property
     def entrance_port(self) -> int:
@@ -211,7 +214,7 @@ class WorkerPool:
         await web.UnixSite(self._control, control_path).start()
         self._control_path = control_path
         self._push_secrets()
-        self._state["registry"] = ("registry", self._registry())
+        self._broadcast(("registry", self._registry()))
         await asyncio.gather(*(self._spawn(i) for i in range(self.count)))
         task = asyncio.get_running_loop().create_task(self._push_secrets_periodically())
         self._tasks.add(task)
@@ -231,7 +234,7 @@ class WorkerPool:
         self._waiters[index] = ready
         loop.add_reader(parent.fileno(), self._on_message, worker)
         loop.add_reader(process.sentinel, self._on_exit, worker)
-        for message in self._state.values():
+        for message in sorted(self._state.values(), key=lambda m: m[0]):
             parent.send(message)
         try:
             await asyncio.wait_for(ready, 60)
@@ -242,7 +245,9 @@ class WorkerPool:
         try:
             while worker.conn.poll():
                 kind, *args = worker.conn.recv()
-                if kind == "ready":
+                if kind == "ack":
+                    worker.acked = max(worker.acked, args[0])
+                elif kind == "ready":
                     waiter = self._waiters.pop(worker.index, None)
                     if waiter is not None and not waiter.done():
                         waiter.set_result(None)
@@ -278,7 +283,9 @@ class WorkerPool:
         task.add_done_callback(self._tasks.discard)
 
     def _broadcast(self, message: tuple) -> None:
-        self._state[message[0]] = message
+        self._seq += 1
+        message = (self._seq, *message)
+        self._state[message[1]] = message
         for worker in list(self._workers.values()):
             try:
                 worker.conn.send(message)
@@ -302,6 +309,10 @@ class WorkerPool:
     def alive(self) -> bool:
         return len(self._workers) == self.count and all(w.process.is_alive() for w in self._workers.values())
 
+    def synced(self) -> bool:
+        """Every worker has applied the latest registry, certificates and secrets."""
+        return all(w.acked >= self._seq for w in self._workers.values())
+
     async def scrape(self, own: str, timeout: float = 2.0) -> bytes:
         """The parent's metrics (`own`) and every worker's that answers in time, in one exposition."""
         self._scrape_id += 1
@@ -311,7 +322,7 @@ class WorkerPool:
         try:
             for worker in list(self._workers.values()):
                 try:
-                    worker.conn.send(("metrics", self._scrape_id))
+                    worker.conn.send((0, "metrics", self._scrape_id))
                 except OSError:
                     pass
             try:
@@ -342,7 +353,7 @@ class WorkerPool:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         for worker in self._workers.values():
             try:
-                worker.conn.send(("stop",))
+                worker.conn.send((0, "stop"))
             except OSError:
                 pass
         loop = asyncio.get_running_loop()

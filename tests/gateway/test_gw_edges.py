@@ -196,3 +196,52 @@ async def test_join_body_over_the_limit_gives_413(pki, upstream, dex, handlers):
         assert handlers.calls == []
     finally:
         await gw.stop()
+
+
+async def test_connection_limits_and_handshake_timeout(pki, issuer_key, upstream, dex, handlers, session_for):
+    gw = Gateway(gateway_config(pki, upstream, dex, max_connections_per_peer=2, max_connections=3,
+                                handshake_timeout=0.3), handlers)
+    await gw.start()
+    opened = []
+    try:
+        load_certs(gw, pki)
+        gw.publish(registry_for(pki, issuer_key, peers=("peer", "peer2")))
+
+        async def connect(cert: str = "peer"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.entrance_port, ssl=client_ssl(pki, cert),
+                                                           server_hostname=ENTRANCE_HOST)
+            opened.append(writer)
+            writer.write(b"GET /peering/v1/offer HTTP/1.1\r\nHost: x\r\n\r\n")
+            return reader, writer
+
+        async def answered(reader) -> bool:
+            try:
+                return (await asyncio.wait_for(reader.readline(), 2)).startswith(b"HTTP/1.1 200")
+            except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
+                return False
+
+        a, b = await connect(), await connect()
+        assert await answered(a[0]) and await answered(b[0])
+        third = await connect()  # a third connection of the same peer is closed after the handshake
+        assert not await answered(third[0])
+        # A silent TCP client is cut after the handshake timeout and counted.
+        silent_reader, silent_writer = await asyncio.open_connection("127.0.0.1", gw.entrance_port)
+        opened.append(silent_writer)
+        async with asyncio.timeout(3):
+            assert await silent_reader.read() == b""
+        text = gw.metrics_text().decode()
+        assert 'reason="peer_connection_limit"' in text and 'reason="timeout"' in text
+        # The total limit counts every open connection of the listener.
+        c = await connect("peer2")
+        assert await answered(c[0])
+        try:
+            d = await connect("peer2")
+        except (ConnectionError, ssl.SSLError):
+            pass  # closed before the handshake completed
+        else:
+            assert not await answered(d[0])
+        assert 'reason="too_many_connections"' in gw.metrics_text().decode()
+    finally:
+        for w in opened:
+            w.close()
+        await gw.stop()

@@ -22,6 +22,9 @@ async def pooled(pki, issuer_key, upstream, dex, handlers):
     try:
         load_certs(gw, pki)
         gw.publish(registry_for(pki, issuer_key))
+        async with asyncio.timeout(10):
+            while gw.readiness() != (True, "ok"):
+                await asyncio.sleep(0.01)
         yield gw
     finally:
         await gw.stop()
