@@ -11,9 +11,10 @@ As processes, exactly as `python -m lab up` runs them, for tests that use kubect
     with lab_processes(tmp_path, ["a", "b"]) as lab:
         lab.kubectl("a", "get", "namespaces")
 
-or through the pytest fixture factory (one lab per module):
+or through the pytest fixture factories, at module level:
 
-    lab = lab_process_fixture(["a", "b"])
+    lab = lab_process_fixture(["a", "b"])        # processes, one lab for the module's tests
+    lab_a = lab_fixture(["a"])                     # in-process, one lab per test
 
     def test_x(lab): ...
 """
@@ -104,6 +105,18 @@ def lab_process_fixture(names: list[str], *, scope: str = "module", peering: boo
     @pytest.fixture(scope=scope)
     def _lab(tmp_path_factory) -> Iterator[LabProcesses]:
         with lab_processes(tmp_path_factory.mktemp("lab"), names, peering=peering) as lab:
+            yield lab
+
+    return _lab
+
+
+def lab_fixture(names: list[str], *, peering_command: PeeringCommand | None = default_peering_command):
+    """A pytest fixture giving a started in-process `Lab` with clusters `names`, one per test."""
+    import pytest_asyncio
+
+    @pytest_asyncio.fixture
+    async def _lab(tmp_path) -> AsyncIterator[Lab]:
+        async with lab_clusters(tmp_path, names, peering_command=peering_command) as lab:
             yield lab
 
     return _lab

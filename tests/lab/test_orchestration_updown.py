@@ -16,7 +16,7 @@ import yaml
 from cryptography import x509
 
 from lab.cluster import ROOT
-from lab.testing import KUBECTL, lab_down, lab_up
+from lab.testing import KUBECTL, lab_down, lab_fixture, lab_process_fixture, lab_up
 
 pytestmark = pytest.mark.slow
 
@@ -116,3 +116,19 @@ def test_up_reports_a_start_that_fails_with_the_log(tmp_path):
     assert bad.returncode == 1
     assert "failed to start" in bad.stderr and "lab.log" in bad.stderr
     assert not (tmp_path / "lab.pid").exists()
+
+
+shared_lab = lab_process_fixture(["solo"], peering=False)
+inprocess_lab = lab_fixture(["solo"], peering_command=None)
+
+
+def test_process_fixture_gives_a_running_lab(shared_lab):
+    assert shared_lab.kubectl("solo", "get", "namespace", "d8-peering", "-o", "name").stdout.strip() == \
+        "namespace/d8-peering"
+    assert set(shared_lab.resolve("solo")) == {h.format(c="solo") for h in HOSTS}
+
+
+async def test_inprocess_fixture_gives_the_same_cluster_shape(inprocess_lab):
+    solo = inprocess_lab["solo"]
+    assert solo.api.get("", "configmaps", "d8-cluster-uuid", "kube-system")["data"]["cluster-uuid"] == solo.uuid
+    assert set(solo.resolve_map()) == {h.format(c="solo") for h in HOSTS}
