@@ -20,6 +20,7 @@ import yaml
 from aiohttp import web
 
 from lab.apiserver import discovery, errors, patch, protobuf, table
+from lab.apiserver.authcache import AuthCache
 from lab.apiserver.auth import rbac, reviews, sensitive
 from lab.apiserver.auth.authn import Authenticator
 from lab.apiserver.auth.tokens import ServiceAccountIssuer
@@ -205,6 +206,8 @@ class ApiServer:
         self._oidc = list(oidc)
         self.authenticator = Authenticator(client_ca_pem, self.sa_issuer, self._oidc, self.list_objects)
         self.authorizer = rbac.Authorizer(self.list_objects)
+        self.auth_cache = AuthCache()
+        self.store.listeners.append(self._forget_authentications)
         self._apply_previous: dict[tuple, dict] = {}   # (key, ns, name, manager) -> last applied config
         self._runner: web.AppRunner | None = None
         self._watchers: set = set()
@@ -334,12 +337,23 @@ class ApiServer:
                                                   "an internal error occurred; the server log has the details")
                                   .status(), 500)
 
+    def _forget_authentications(self, key, ev) -> None:
+        # A ServiceAccount deleted or re-created revokes its tokens at once, cache or not.
+        if key == ("", "serviceaccounts") and ev.type != "ADDED":
+            self.auth_cache.clear()
+
     async def _authenticate(self, request: web.Request) -> UserInfo | None:
         der = None
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
         if ssl_object is not None:
             der = ssl_object.getpeercert(binary_form=True)
-        return await self.authenticator.authenticate(request.headers, der)
+        key = self.auth_cache.key(request.headers, der)
+        user = self.auth_cache.get(key)
+        if user is None:
+            user = await self.authenticator.authenticate(request.headers, der)
+            if user is not None:
+                self.auth_cache.put(key, user)
+        return user
 
     async def _serve(self, request: web.Request) -> web.StreamResponse:
         path = request.path

@@ -305,3 +305,33 @@ def test_slow_watcher_is_dropped_not_waited_for():
     for i in range(4):
         objects.create(cm, {"metadata": {"name": f"s{i}"}}, "default")
     assert w.overflowed and w not in store.collection(cm.key).watchers
+
+
+# ---------------------------------------------------------------- authentication cache
+
+def test_auth_cache_never_outlives_the_token():
+    import base64
+    import json as _json
+
+    from lab.apiserver.auth.types import UserInfo
+    from lab.apiserver.authcache import AuthCache
+
+    now = [1000.0]
+    cache = AuthCache(ttl=10, clock=lambda: now[0])
+    payload = base64.urlsafe_b64encode(_json.dumps({"exp": 1004}).encode()).decode().rstrip("=")
+    headers = {"Authorization": f"Bearer h.{payload}.s"}
+    key = cache.key(headers, None)
+    assert token_free(key[:2], "h.")
+    cache.put(key, UserInfo("u"))
+    assert cache.get(cache.key(headers, None)) == UserInfo("u")
+    assert cache.get(cache.key({"Authorization": "Bearer other"}, None)) is None
+    now[0] = 1004.5   # past the token's exp, well within the ttl
+    assert cache.get(key) is None
+    cache.put(key, UserInfo("u"))
+    cache.clear()
+    assert cache.get(key) is None
+
+
+def token_free(stored_key: tuple, token_prefix: str) -> bool:
+    """The cache keeps a digest of the token, never the token."""
+    return not any(isinstance(part, str) and part.startswith(token_prefix) for part in stored_key)
