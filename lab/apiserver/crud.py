@@ -165,6 +165,9 @@ class Objects:
         if storage not in stored_versions:
             stored_versions.append(storage)
         ts = now_rfc3339()
+        # An update keeps the conditions' transition times: they did not transition.
+        old_times = {c["type"]: c.get("lastTransitionTime") for c in ((old or {}).get("status") or {}).get(
+            "conditions") or ()}
         accepted = dict(names)
         accepted.setdefault("singular", names["kind"].lower())
         accepted.setdefault("listKind", names["kind"] + "List")
@@ -172,9 +175,10 @@ class Objects:
             "acceptedNames": accepted,
             "conditions": [
                 {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-                 "message": "no conflicts found", "lastTransitionTime": ts},
+                 "message": "no conflicts found", "lastTransitionTime": old_times.get("NamesAccepted") or ts},
                 {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-                 "message": "the initial names have been accepted", "lastTransitionTime": ts},
+                 "message": "the initial names have been accepted",
+                 "lastTransitionTime": old_times.get("Established") or ts},
             ],
             "storedVersions": stored_versions,
         }

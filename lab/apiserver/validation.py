@@ -261,7 +261,10 @@ def schema_problems(obj: dict, schema: dict) -> list[dict]:
     sch = dict(schema)
     if "properties" in sch:
         sch["properties"] = {k: v for k, v in sch["properties"].items() if k != "metadata"}
-    sch.pop("required", None) if "metadata" in (schema.get("required") or ()) else None
+    if "required" in sch:
+        sch["required"] = [r for r in sch["required"] if r != "metadata"]
+        if not sch["required"]:
+            del sch["required"]
     validator = _validator(json.dumps(sch, sort_keys=True))
     errs = sorted(validator.iter_errors(body), key=lambda e: list(map(str, e.absolute_path)))
     return [_error_to_cause(e) for e in errs]
@@ -362,6 +365,14 @@ def cel_problems(value, schema: dict, old=_MISSING, field: str = "") -> list[dic
     return out
 
 
+def _cel_view(obj: dict) -> dict:
+    """What a root rule's `self` holds: the object, with only metadata.name and generateName, as in kube."""
+    view = {k: v for k, v in obj.items() if k != "metadata"}
+    meta = obj.get("metadata") or {}
+    view["metadata"] = {k: meta[k] for k in ("name", "generateName") if k in meta}
+    return view
+
+
 # ---------------------------------------------------------------- the whole check
 
 def validate(info: ResourceInfo, obj: dict, old: dict | None, field_validation: str = "Strict") -> tuple[dict, list[str]]:
@@ -383,8 +394,7 @@ def validate(info: ResourceInfo, obj: dict, old: dict | None, field_validation: 
         apply_defaults(obj, info.schema)
         causes += schema_problems(obj, info.schema)
         if not causes:
-            causes += cel_problems({k: v for k, v in obj.items() if k != "metadata"}, info.schema,
-                                   {k: v for k, v in old.items() if k != "metadata"} if old else _MISSING)
+            causes += cel_problems(_cel_view(obj), info.schema, _cel_view(old) if old else _MISSING)
     if causes:
         raise errors.invalid(info.kind, info.group, name, causes)
     return obj, warnings

@@ -335,3 +335,33 @@ def test_auth_cache_never_outlives_the_token():
 def token_free(stored_key: tuple, token_prefix: str) -> bool:
     """The cache keeps a digest of the token, never the token."""
     return not any(isinstance(part, str) and part.startswith(token_prefix) for part in stored_key)
+
+
+def test_root_cel_rules_see_the_name_and_crd_updates_keep_condition_times():
+    from lab.apiserver.crud import CRD_KEY
+
+    objects = _objects()
+    crd_info = objects.registry.get(CRD_KEY[0], "v1", CRD_KEY[1])
+    crd = {"metadata": {"name": "things.example.com"},
+           "spec": {"group": "example.com", "scope": "Cluster",
+                    "names": {"plural": "things", "kind": "Thing"},
+                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-validations": [{"rule": "self.metadata.name.startsWith('t-')",
+                                                      "message": "names start with t-"}],
+                        "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}}]}}
+    made, _ = objects.create(crd_info, crd)
+    for info in resources_of_crd(made):
+        objects.registry.add(info)
+    thing = objects.registry.get("example.com", "v1", "things")
+    objects.create(thing, {"metadata": {"name": "t-1"}, "spec": {"a": 1}})
+    with pytest.raises(errors.ApiError) as exc:
+        objects.create(thing, {"metadata": {"name": "x-1"}})
+    assert "names start with t-" in exc.value.message
+    again, _ = objects.update(crd_info, dict(made, metadata=dict(made["metadata"], labels={"l": "v"})), None,
+                              made["metadata"]["name"])
+    assert again["status"]["conditions"] == made["status"]["conditions"]
+    with pytest.raises(errors.ApiError) as exc:
+        bad = dict(crd, metadata={"name": "bad.example.com"})
+        objects.create(crd_info, bad)
+    assert exc.value.code == 422 and exc.value.details["causes"][0]["field"] == "metadata.name"
