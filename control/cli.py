@@ -19,7 +19,7 @@ import tomllib
 from importlib import metadata
 from typing import Sequence
 
-from control.config import DexSettings, KubeSettings, LeaseSettings, ListenSettings, Settings
+from control.config import ControlSettings, DexSettings, KubeSettings, LeaseSettings, ListenSettings, Settings
 
 log = logging.getLogger("peering.control.cli")
 
@@ -127,6 +127,12 @@ def parser() -> argparse.ArgumentParser:
                      help="Secret in the module namespace with clientID and clientSecret")
     run.add_argument("--workers", type=_positive, default=_positive(_env("workers", "1")),
                      help="gateway worker processes")
+    run.add_argument("--peer-sync-interval", type=float,
+                     default=float(_env("peer-sync-interval", str(ControlSettings.peer_sync_interval))),
+                     help="seconds between pulls of each peer's offer")
+    run.add_argument("--selfcheck-interval", type=float,
+                     default=float(_env("selfcheck-interval", str(ControlSettings.selfcheck_interval))),
+                     help="seconds between probes of our own entrance")
     run.add_argument("--identity", default=_env("identity"), help="Lease holder identity (default hostname-pid)")
     run.add_argument("--log-level", default=_env("log-level", "INFO"),
                      choices=["DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error"])
@@ -150,6 +156,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         listen=ListenSettings(bind_host=args.bind_host, entrance_port=args.entrance_port, join_port=args.join_port,
                               egress_port=args.egress_port, ops_port=args.ops_port, ports_file=args.ports_file),
         dex=DexSettings(url=args.dex_url, ca_file=args.dex_ca_file, client_secret_name=args.dex_client_secret_name),
+        control=ControlSettings(peer_sync_interval=args.peer_sync_interval,
+                                selfcheck_interval=args.selfcheck_interval),
         lease=lease, resolve=resolve, workers=args.workers, log_level=args.log_level.upper())
 
 

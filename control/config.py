@@ -83,6 +83,12 @@ class ControlSettings:
     feed_coalesce: float = 0.05
     """Seconds the feed waits after a change to gather more before building one registry snapshot."""
 
+    peer_sync_interval: float = 30.0
+    """Seconds between pulls of each peer's offer (jittered by ±20%); a notify from the peer pulls at once."""
+
+    selfcheck_interval: float = 60.0
+    """Seconds between probes of our own entrance for ClientCertEnforced and ServerCertOurs."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Settings:

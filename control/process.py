@@ -30,6 +30,7 @@ from control.kube import CONFIGMAPS, SECRETS, KubeSession
 from control.lease import LeaderElector
 from control.watch import Informer, Informers
 from control.workqueue import Controller, Reconciler
+from control import reconcilers
 
 log = logging.getLogger("peering.control.process")
 
@@ -76,6 +77,16 @@ class Context:
     kube: KubeSession
     informers: Informers
     handlers: Handlers
+    controller: Controller | None = None
+
+    def enqueue(self, reconciler: str, key: str) -> None:
+        """Queue `key` for the named reconciler now (a request handler's nudge); a replica that does not lead has
+        no running queue and ignores it: the leader's own periodic pass covers it."""
+        if self.controller is None or not self.controller.leading:
+            return
+        for runner in self.controller.runners:
+            if runner.reconciler.name == reconciler:
+                runner.queue.add(key)
 
     @property
     def namespace(self) -> str:
@@ -96,7 +107,7 @@ def certificates(ctx: Context) -> Reconciler:
                                   cluster_name=ctx.cluster_uuid)
 
 
-RECONCILERS: tuple[Callable[[Context], Reconciler], ...] = (certificates,)
+RECONCILERS: tuple[Callable[[Context], Reconciler], ...] = (certificates, *reconcilers.FACTORIES)
 """Every reconciler of the process, run on the Lease holder only."""
 
 
@@ -139,6 +150,7 @@ class Runtime:
         self.feed = Feed(self.informers, gateway, settings.kube.namespace, coalesce=settings.control.feed_coalesce)
         self.controller = Controller(self.informers, [make(self.ctx) for make in reconcilers],
                                      workers=settings.control.reconcile_workers)
+        self.ctx.controller = self.controller
         self.elector = LeaderElector(kube, settings.kube.namespace, settings.lease,
                                      on_started=self.controller.start, on_stopped=self.controller.stop)
         self._started = False
@@ -166,6 +178,10 @@ class Runtime:
         self._started = False
         await self.elector.stop(release=True)
         await self.controller.stop()
+        for runner in self.controller.runners:
+            close = getattr(runner.reconciler, "close", None)
+            if close is not None:
+                await close()
         stop = getattr(self.gateway, "stop", None)
         if stop is not None:
             await stop()

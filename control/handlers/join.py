@@ -1,0 +1,139 @@
+"""`POST /v1/join`: the inviting side redeems a connection string (DESIGN.md §4).
+
+Order: the request's shape (`rules.join.parse_join_request`), the invite found by token ID in the cache, then the
+decision on a fresh read (`rules.invite.redeem`: constant time, unknown and wrong tokens alike), then marking the
+token used with a resourceVersion precondition: of any number of concurrent redemptions exactly one write
+succeeds; the others read again and see "used". Only then is the joiner's CSR signed and the peer Secret written.
+A repeated join by the same cluster with the same key is answered again from the Secret. Refusals are
+`ProtocolError`s the gateway answers as Status objects (and counts towards its per-address rate limit).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import TYPE_CHECKING, Callable
+
+from gateway.protocol import JoinCall, ProtocolError
+
+from control import pki
+from control.feed import CA_SECRET
+from control.kube import CLUSTERPEERS, SECRETS, AlreadyExists, Conflict, NotFound
+from control.rules import credentials as creds
+from control.rules import invite as invite_rules
+from control.rules import join as join_rules
+
+if TYPE_CHECKING:
+    from control.process import Context
+
+log = logging.getLogger("peering.control.join")
+
+#: How often a redemption reads again after losing a write race before giving up (it then sees "used").
+MAX_ATTEMPTS = 5
+
+
+def _refuse(reason: str, message: str) -> ProtocolError:
+    return ProtocolError(join_rules.JOIN_REFUSAL_CODES.get(reason, 403), reason, message)
+
+
+def _not_ready(what: str) -> ProtocolError:
+    return ProtocolError(503, "NotReady", f"this cluster cannot accept joins yet ({what}); retry later")
+
+
+def _first_cert(bundle: str) -> str:
+    end = "-----END CERTIFICATE-----"
+    head, sep, _ = bundle.partition(end)
+    return head + sep + "\n" if sep else bundle
+
+
+class JoinHandler:
+    def __init__(self, ctx: "Context", *, on_joined: Callable[[str], None] | None = None) -> None:
+        self.ctx = ctx
+        self.kube = ctx.kube
+        self.namespace = ctx.namespace
+        self.on_joined = on_joined
+        self.clusterpeers = ctx.informers.get(CLUSTERPEERS)
+
+    def _find(self, token_id: str) -> str | None:
+        """The name of the Invite ClusterPeer whose current invite has this token ID (from the cache)."""
+        for cp in self.clusterpeers.items():
+            if (cp.get("spec") or {}).get("type") != "Invite":
+                continue
+            inv = (cp.get("status") or {}).get("invite") or {}
+            if inv.get("tokenID") == token_id:
+                return (cp.get("metadata") or {}).get("name")
+        return None
+
+    async def __call__(self, call: JoinCall) -> dict:
+        try:
+            req = join_rules.parse_join_request(call.body)
+        except join_rules.JoinError as exc:
+            raise _refuse(exc.reason, exc.message) from None
+        own_uuid = self.ctx.cluster_uuid()
+        ca_values = creds.secret_values(await self.kube.get_or_none(SECRETS, CA_SECRET, self.namespace))
+        if not own_uuid or not ca_values.get("tls.crt") or not ca_values.get("tls.key"):
+            raise _not_ready("no cluster UUID or peering CA yet")
+        ca = pki.CertAndKey(ca_values["tls.crt"], ca_values["tls.key"])
+        parts = invite_rules.split_token(req.token)
+        name = self._find(parts[0]) if parts else None
+        for _ in range(MAX_ATTEMPTS):
+            cp = await self.kube.get_or_none(CLUSTERPEERS, name) if name else None
+            secret = await self.kube.get_or_none(SECRETS, creds.secret_name(name), self.namespace) if name else None
+            values = creds.secret_values(secret)
+            redeemed_by = None
+            if values.get("issued.crt") and values.get("peer-uuid"):
+                redeemed_by = invite_rules.Redeemer(values["peer-uuid"],
+                                                    pki.public_key_fingerprint(_first_cert(values["issued.crt"])))
+            status = (cp or {}).get("status") or {}
+            expected = (((cp or {}).get("spec") or {}).get("invite") or {}).get("expectedClusterUUID")
+            decision = invite_rules.redeem(status.get("invite") if cp else None, req.token, req.cluster_uuid,
+                                           expected, datetime.datetime.now(datetime.timezone.utc),
+                                           joiner_key_fingerprint=req.key_fingerprint, redeemed_by=redeemed_by)
+            if not decision.ok:
+                log.info("join refused", extra={"remote": call.remote, "reason": decision.reason})
+                raise _refuse(decision.reason, decision.message)
+            assert cp is not None and name is not None
+            if not isinstance(status.get("offer"), dict):
+                raise _not_ready("the offer of this peering is not computed yet")
+            if decision.outcome == "reanswer":
+                if not values.get("client.key"):
+                    raise _not_ready("the first answer is still being stored")
+                return self._answer(own_uuid, name, ca, _first_cert(values["issued.crt"]),
+                                    pki.csr_for_key(values["client.key"], own_uuid), status["offer"])
+            try:
+                await self.kube.update_status(CLUSTERPEERS, {**cp, "status": {
+                    **status, "invite": invite_rules.mark_used(status["invite"])}})
+            except Conflict:
+                continue  # someone else wrote first: read again; the token is then used (or still free)
+            break
+        else:
+            raise _refuse("TokenUsed", "the connection string is being redeemed by another join; a string is valid "
+                          "for one connection, ask the inviting cluster for a new one")
+        material = pki.make_key_and_csr(own_uuid)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        try:
+            issued = pki.issue_client_cert(ca, req.csr_pem, req.cluster_uuid, now=now)
+        except pki.PKIError as exc:
+            raise _refuse("InvalidCSR", exc.message) from None
+        fresh_cp = await self.kube.get(CLUSTERPEERS, name)
+        obj = creds.peer_secret(fresh_cp, self.namespace, {
+            "peer-ca.crt": req.ca_pem, "client.key": material.key_pem, "issued.crt": issued,
+            "peer-uuid": req.cluster_uuid, "peer-entrance": req.entrance})
+        try:
+            await self.kube.create(SECRETS, obj)
+        except AlreadyExists:
+            # A Secret from an earlier, unfinished exchange of this ClusterPeer: the redemption just won replaces it.
+            current = await self.kube.get(SECRETS, obj["metadata"]["name"], self.namespace)
+            obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                await self.kube.update(SECRETS, obj)
+            except (Conflict, NotFound):
+                raise _not_ready("the credentials could not be stored; join again") from None
+        log.info("join accepted", extra={"clusterpeer": name, "peer": req.cluster_uuid})
+        if self.on_joined is not None:
+            self.on_joined(name)
+        return self._answer(own_uuid, name, ca, issued, material.cert_pem, status["offer"])
+
+    def _answer(self, own_uuid: str, name: str, ca: pki.CertAndKey, certificate: str, csr: str, offer: dict) -> dict:
+        return join_rules.join_answer(cluster_uuid=own_uuid, alias=name, entrance=self.ctx.settings.entrance_host,
+                                      ca_pem=ca.cert_pem, certificate_pem=certificate, csr_pem=csr, offer=offer)

@@ -1,0 +1,133 @@
+"""The peer operations on `/peering/v1/` (mTLS; the gateway already mapped the client certificate to a live peer):
+
+- `offer` (GET): our offer for this peer (status.offer) and our name for the peering;
+- `notify` (POST): the peer's offer changed; pull it now;
+- `credentials` (POST): the joiner delivers the certificate its CA issued for our key (idempotent);
+- `certificate` (POST): the peer renews its client certificate with a CSR for the same key.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import TYPE_CHECKING, Callable
+
+from gateway.protocol import PeerCall, ProtocolError
+
+from control import pki
+from control.feed import CA_SECRET
+from control.kube import CLUSTERPEERS, SECRETS, Conflict, NotFound
+from control.rules import credentials as creds
+from control.rules import join as join_rules
+
+if TYPE_CHECKING:
+    from control.process import Context
+
+log = logging.getLogger("peering.control.peer")
+
+MAX_ATTEMPTS = 3
+
+
+def _bad(exc: join_rules.JoinError) -> ProtocolError:
+    return ProtocolError(400, exc.reason, exc.message)
+
+
+def _certs(bundle: str) -> list[str]:
+    end = "-----END CERTIFICATE-----"
+    return [part.strip() + "\n" + end + "\n" for part in bundle.split(end) if "BEGIN CERTIFICATE" in part]
+
+
+class PeerHandlers:
+    def __init__(self, ctx: "Context", *, pull_now: Callable[[str], None]) -> None:
+        self.ctx = ctx
+        self.kube = ctx.kube
+        self.namespace = ctx.namespace
+        self.pull_now = pull_now
+        self.clusterpeers = ctx.informers.get(CLUSTERPEERS)
+
+    def register(self) -> None:
+        h = self.ctx.handlers
+        h.add_peer_op("offer", self.offer)
+        h.add_peer_op("notify", self.notify)
+        h.add_peer_op("credentials", self.credentials)
+        h.add_peer_op("certificate", self.certificate)
+
+    async def offer(self, call: PeerCall) -> dict:
+        cp = self.clusterpeers.get(call.peer.name)
+        offer = ((cp or {}).get("status") or {}).get("offer")
+        if not isinstance(offer, dict):
+            raise ProtocolError(503, "NotReady", "the offer of this peering is not computed yet; retry later")
+        return join_rules.offer_message(call.peer.name, offer)
+
+    async def notify(self, call: PeerCall) -> dict:
+        self.pull_now(call.peer.name)
+        return {}
+
+    async def _update_secret(self, name: str, change: Callable[[dict[str, str]], dict[str, str] | None]) -> dict:
+        """Read the peer Secret, apply `change` to its values and write it with the read resourceVersion."""
+        for _ in range(MAX_ATTEMPTS):
+            cp = await self.kube.get_or_none(CLUSTERPEERS, name)
+            secret = await self.kube.get_or_none(SECRETS, creds.secret_name(name), self.namespace)
+            if cp is None or secret is None:
+                raise ProtocolError(403, "PeerUnknown", "this peering no longer exists here")
+            values = creds.secret_values(secret)
+            new = change(values)
+            if new is None:
+                return values
+            obj = creds.peer_secret(cp, self.namespace, {k: v for k, v in new.items() if k in creds.KEYS})
+            obj["metadata"]["resourceVersion"] = secret["metadata"]["resourceVersion"]
+            try:
+                await self.kube.update(SECRETS, obj)
+            except Conflict:
+                continue
+            except NotFound:
+                raise ProtocolError(403, "PeerUnknown", "this peering no longer exists here") from None
+            return new
+        raise ProtocolError(409, "Conflict", "the credentials changed meanwhile; retry")
+
+    async def credentials(self, call: PeerCall) -> dict:
+        own_uuid = self.ctx.cluster_uuid()
+
+        def change(values: dict[str, str]) -> dict[str, str] | None:
+            if not values.get("client.key") or not values.get("peer-ca.crt"):
+                raise ProtocolError(409, "NotJoined", "this side holds no key for the peering yet")
+            key_fp = pki.public_key_fingerprint(pki.csr_for_key(values["client.key"], own_uuid))
+            try:
+                cert = join_rules.check_credentials(call.body, own_key_fingerprint=key_fp, own_uuid=own_uuid,
+                                                    peer_ca_pem=values["peer-ca.crt"])
+            except join_rules.JoinError as exc:
+                raise _bad(exc) from None
+            if values.get("client.crt") == cert:
+                return None  # delivered before: idempotent
+            return {**values, "client.crt": cert}
+
+        await self._update_secret(call.peer.name, change)
+        self.pull_now(call.peer.name)
+        log.info("credentials received", extra={"clusterpeer": call.peer.name})
+        return {}
+
+    async def certificate(self, call: PeerCall) -> dict:
+        try:
+            csr = join_rules.parse_certificate_request(call.body)
+        except join_rules.JoinError as exc:
+            raise _bad(exc) from None
+        ca_values = creds.secret_values(await self.kube.get_or_none(SECRETS, CA_SECRET, self.namespace))
+        if not ca_values.get("tls.crt") or not ca_values.get("tls.key"):
+            raise ProtocolError(503, "NotReady", "the peering CA is not available; retry later")
+        ca = pki.CertAndKey(ca_values["tls.crt"], ca_values["tls.key"])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        issued: list[str] = []
+
+        def change(values: dict[str, str]) -> dict[str, str]:
+            current = _certs(values.get("issued.crt", ""))
+            if not current or pki.public_key_fingerprint(current[0]) != pki.public_key_fingerprint(csr):
+                raise ProtocolError(403, "KeyMismatch", "a renewal must keep the key of the current certificate")
+            cert = pki.issue_client_cert(ca, csr, values.get("peer-uuid") or call.peer.uuid, now=now)
+            issued[:] = [cert]
+            # The old certificate stays accepted until it expires, so the peer's connections open meanwhile work.
+            keep = [c for c in current[:1] if pki.valid_at(c, now)]
+            return {**values, "issued.crt": "".join([cert, *keep])}
+
+        await self._update_secret(call.peer.name, change)
+        log.info("client certificate renewed for peer", extra={"clusterpeer": call.peer.name})
+        return join_rules.certificate_answer(issued[0])

@@ -1,0 +1,146 @@
+"""Our HTTP client toward another cluster: its public join endpoint and its mTLS entrance.
+
+Every connection goes through the process's resolver (lab names are real TLS names on loopback). Answers come back
+as `Answer(status, body)`; a failure to get any HTTP answer (DNS, TCP, TLS) is `Answer(None, detail)`, and a TLS
+refusal of our client certificate is told apart (`refused_certificate`), because it means the peer has probably
+revoked us. Nothing here logs: the join body carries the token, and callers log only reasons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from control.connstring import Invitation
+
+JOIN_PATH = "/v1/join"
+PEER_PATH = "/peering/v1/"
+MAX_ANSWER_BYTES = 1024 * 1024
+DEFAULT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP answer: `status` None when none came (then `body` is a short reason text)."""
+
+    status: int | None
+    body: Any
+    #: The peer's TLS stack refused our client certificate (alert unknown CA / bad or revoked certificate).
+    refused_certificate: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+def join_context(inv: Invitation) -> ssl.SSLContext:
+    """Trust only the CA the connection string carries for the join endpoint, or else the system trust."""
+    if inv.join_ca_pem:
+        ctx = ssl.create_default_context(cadata=inv.join_ca_pem)
+    else:
+        ctx = ssl.create_default_context()
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+def peer_context(peer_ca_pem: str, client_cert_pem: str, client_key_pem: str) -> ssl.SSLContext:
+    """mTLS toward a peer's entrance: trust only its peering CA and present the certificate it issued to us."""
+    import os
+    import tempfile
+
+    ctx = ssl.create_default_context(cadata=peer_ca_pem)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    # ssl loads a key pair only from files; the directory is private and the files are removed at once.
+    with tempfile.TemporaryDirectory(prefix="peering-client-") as tmp:
+        cert_path, key_path = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
+        for path, text in ((cert_path, client_cert_pem), (key_path, client_key_pem)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+        ctx.load_cert_chain(cert_path, key_path)
+    return ctx
+
+
+def _refused_cert(exc: BaseException) -> bool:
+    text = f"{getattr(exc, 'reason', '')} {exc}".upper()
+    return any(s in text for s in ("UNKNOWN_CA", "BAD_CERTIFICATE", "CERTIFICATE_UNKNOWN", "CERTIFICATE_REVOKED",
+                                   "CERTIFICATE_EXPIRED", "CERTIFICATE_REQUIRED"))
+
+
+def _detail(exc: BaseException) -> str:
+    # Connection errors name the host and port, never a header or a body.
+    text = str(exc) or type(exc).__name__
+    return text[:300]
+
+
+class PeerClient:
+    """One aiohttp session per kind of trust; create once per process, close with `close()`."""
+
+    def __init__(self, resolver: aiohttp.abc.AbstractResolver | None = None, *,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.resolver = resolver
+        self.timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            # ssl is given per request; connections are not kept, since each peer has its own TLS identity and a
+            # renewed certificate must be used on the next call.
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(resolver=self.resolver, force_close=True, use_dns_cache=False))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _request(self, method: str, url: str, ctx: ssl.SSLContext, body: Any) -> Answer:
+        session = self._get_session()
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Accept": "application/json", "User-Agent": "peering"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            async with session.request(method, url, data=data, headers=headers, ssl=ctx,
+                                       timeout=aiohttp.ClientTimeout(total=self.timeout)) as resp:
+                raw = await resp.content.read(MAX_ANSWER_BYTES + 1)
+                if len(raw) > MAX_ANSWER_BYTES:
+                    return Answer(resp.status, {"reason": "AnswerTooLarge",
+                                                "message": f"the answer is larger than {MAX_ANSWER_BYTES} bytes"})
+                try:
+                    parsed = json.loads(raw) if raw else {}
+                except ValueError:
+                    parsed = raw[:200].decode(errors="replace")
+                return Answer(resp.status, parsed)
+        except asyncio.CancelledError:
+            raise
+        except aiohttp.ClientConnectorCertificateError as exc:
+            return Answer(None, f"the server's certificate is not trusted: {_detail(exc.certificate_error)}")
+        except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
+            return Answer(None, f"TLS failed: {_detail(exc)}", refused_certificate=_refused_cert(exc))
+        except aiohttp.ClientOSError as exc:
+            # A TLS 1.3 server refuses a client certificate after the client's handshake is done: it surfaces as
+            # an SSL error (or a reset) on the first read.
+            return Answer(None, f"connection failed: {_detail(exc)}", refused_certificate=_refused_cert(exc))
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            return Answer(None, f"no answer: {_detail(exc) if not isinstance(exc, asyncio.TimeoutError) else 'timeout'}")
+
+    async def join(self, inv: Invitation, body: dict) -> Answer:
+        """`POST <join URL>/v1/join`; the body holds the token, so only a TLS-authenticated endpoint sees it."""
+        return await self._request("POST", inv.join_url.rstrip("/") + JOIN_PATH, join_context(inv), body)
+
+    async def call(self, entrance: str, op: str, *, peer_ca_pem: str, client_cert_pem: str, client_key_pem: str,
+                   body: dict | None = None) -> Answer:
+        """`/peering/v1/<op>` on a peer's entrance (host[:port]) over mTLS; GET for offer, POST otherwise."""
+        method = "GET" if op == "offer" else "POST"
+        try:
+            ctx = peer_context(peer_ca_pem, client_cert_pem, client_key_pem)
+        except (ssl.SSLError, ValueError, OSError) as exc:
+            return Answer(None, f"the stored credentials cannot be used: {type(exc).__name__}")
+        return await self._request(method, f"https://{entrance}{PEER_PATH}{op}", ctx, body)

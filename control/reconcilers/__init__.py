@@ -1,0 +1,58 @@
+"""The reconcilers of the peering (and the request handlers that share their state), as factories for
+`control.process.RECONCILERS`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from gateway.resolve import OverrideResolver, split_target
+
+from control.handlers.join import JoinHandler
+from control.handlers.peer import PeerHandlers
+from control.peerclient import PeerClient
+from control.reconcilers.capability import CapabilityReconciler
+from control.reconcilers.clusterpeer import NAME as CLUSTERPEER, ClusterPeerReconciler
+from control.reconcilers.memory import Memory
+from control.selfcheck import SelfCheck
+
+if TYPE_CHECKING:
+    from control.process import Context
+    from control.workqueue import Reconciler
+
+
+def _version() -> str:
+    from control.cli import version
+
+    return version()
+
+
+def clusterpeers(ctx: "Context") -> "Reconciler":
+    """The ClusterPeer reconciler, with the join and peer handlers registered on `ctx.handlers`."""
+    control = ctx.settings.control
+    memory = Memory(sync_interval=getattr(control, "peer_sync_interval", 30.0))
+    resolve = dict(ctx.settings.resolve)
+
+    def lookup(host: str) -> tuple[str, int] | None:
+        target = resolve.get(host.lower().rstrip("."))
+        return split_target(target) if target else None
+
+    selfcheck = SelfCheck(ctx.settings.entrance_host, resolve=lookup,
+                          interval=getattr(control, "selfcheck_interval", 60.0))
+    client = PeerClient(OverrideResolver(resolve))
+    reconciler = ClusterPeerReconciler(ctx, client=client, memory=memory, selfcheck=selfcheck,
+                                       peering_version=_version())
+
+    def pull_now(name: str) -> None:
+        memory.pull_now(name)
+        ctx.enqueue(CLUSTERPEER, name)
+
+    ctx.handlers.set_join(JoinHandler(ctx, on_joined=lambda name: ctx.enqueue(CLUSTERPEER, name)))
+    PeerHandlers(ctx, pull_now=pull_now).register()
+    return reconciler
+
+
+def capabilities(ctx: "Context") -> "Reconciler":
+    return CapabilityReconciler(ctx)
+
+
+FACTORIES: tuple[Callable[["Context"], "Reconciler"], ...] = (capabilities, clusterpeers)

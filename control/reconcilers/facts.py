@@ -1,0 +1,88 @@
+"""Facts about this cluster that the reconcilers read from the API server rather than from a watch: which
+resources are namespaced (discovery, for capability scopes) and the issuer and keys of its ServiceAccount tokens
+(for status.offer). Both change rarely, so each is cached for a while and read again after that."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from control.kube import ApiError, KubeSession
+
+DISCOVERY_TTL = 300.0
+ISSUER_TTL = 60.0
+#: Resources whose scope every Kubernetes cluster agrees on, used when discovery cannot be read.
+_KNOWN_CLUSTER_SCOPED = {("", "namespaces"), ("", "nodes"), ("", "persistentvolumes"),
+                         ("rbac.authorization.k8s.io", "clusterroles"),
+                         ("rbac.authorization.k8s.io", "clusterrolebindings"),
+                         ("storage.k8s.io", "storageclasses"), ("apiextensions.k8s.io", "customresourcedefinitions")}
+
+
+class Discovery:
+    """`namespaced(group, resource)` for capability scopes: True, False, or None when discovery does not know it."""
+
+    def __init__(self, kube: KubeSession, *, ttl: float = DISCOVERY_TTL) -> None:
+        self.kube = kube
+        self.ttl = ttl
+        self._table: dict[tuple[str, str], bool] = {}
+        self._read_at = -1e18
+        self._lock = asyncio.Lock()
+
+    async def refresh(self) -> None:
+        async with self._lock:
+            if time.monotonic() - self._read_at < self.ttl:
+                return
+            table: dict[tuple[str, str], bool] = {}
+            try:
+                core = await self.kube.request("GET", "/api/v1")
+                for r in core.get("resources") or []:
+                    table[("", r.get("name", ""))] = bool(r.get("namespaced"))
+                groups = await self.kube.request("GET", "/apis")
+                for g in groups.get("groups") or []:
+                    gv = (g.get("preferredVersion") or {}).get("groupVersion")
+                    if not gv:
+                        continue
+                    answer = await self.kube.request("GET", f"/apis/{gv}")
+                    for r in answer.get("resources") or []:
+                        table[(g.get("name", ""), r.get("name", ""))] = bool(r.get("namespaced"))
+            except (ApiError, OSError, ValueError, asyncio.TimeoutError):
+                # Keep what we had; unknown resources count as project scope, which fails closed.
+                return
+            self._table = table
+            self._read_at = time.monotonic()
+
+    def namespaced(self, group: str, resource: str) -> bool | None:
+        key = (group, resource.split("/", 1)[0])
+        if key in self._table:
+            return self._table[key]
+        if key in _KNOWN_CLUSTER_SCOPED:
+            return False
+        return None
+
+
+class Issuer:
+    """The issuer URL and JWKS (as a canonical JSON string) of this cluster's ServiceAccount tokens."""
+
+    def __init__(self, kube: KubeSession, *, ttl: float = ISSUER_TTL) -> None:
+        self.kube = kube
+        self.ttl = ttl
+        self.url = ""
+        self.jwks = ""
+        self._read_at = -1e18
+        self._lock = asyncio.Lock()
+
+    async def refresh(self) -> tuple[str, str]:
+        async with self._lock:
+            if time.monotonic() - self._read_at >= self.ttl:
+                try:
+                    config = await self.kube.request("GET", "/.well-known/openid-configuration")
+                    keys = await self.kube.request("GET", "/openid/v1/jwks")
+                except (ApiError, OSError, ValueError, asyncio.TimeoutError):
+                    # The offer keeps the last known issuer; an empty one makes the peer wait (AwaitingIssuer).
+                    return self.url, self.jwks
+                url = config.get("issuer") if isinstance(config.get("issuer"), str) else ""
+                jwks = json.dumps(keys, sort_keys=True, separators=(",", ":")) if keys.get("keys") else ""
+                self.url, self.jwks = url, jwks
+                self._read_at = time.monotonic()
+            return self.url, self.jwks

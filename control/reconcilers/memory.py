@@ -1,0 +1,58 @@
+"""What the ClusterPeer reconciler observed over the network and keeps between passes (not in the API): the last
+join refusal, the last offer sync's failure, when to pull the peer's offer next, whether our credentials reached
+the inviter. Shared with the request handlers (a notify asks for a pull now). Losing it on a restart is harmless:
+every fact is observed again on the next pass."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+
+
+@dataclasses.dataclass
+class PeerMemory:
+    #: (generation of the spec it was seen with, reason, message) of the last join refusal.
+    join_error: tuple[int, str, str] | None = None
+    #: monotonic time before which a transient join failure is not retried.
+    join_retry_at: float = 0.0
+    join_failures: int = 0
+    #: (reason, message) of the last failed sync; None after a successful one.
+    sync_error: tuple[str, str] | None = None
+    #: monotonic time of the next offer pull; 0 means now.
+    pull_at: float = 0.0
+    sync_failures: int = 0
+    #: the certificate we issued to the inviter was delivered with /peering/v1/credentials (by this process).
+    delivered: str = ""
+    #: our offer as last announced with /peering/v1/notify (so a changed offer is announced once).
+    notified_offer: dict | None = None
+
+
+class Memory:
+    """PeerMemory by ClusterPeer name, and the sync interval with jitter."""
+
+    def __init__(self, sync_interval: float = 30.0, jitter: float = 0.2) -> None:
+        self.sync_interval = sync_interval
+        self.jitter = jitter
+        self._peers: dict[str, PeerMemory] = {}
+
+    def get(self, name: str) -> PeerMemory:
+        mem = self._peers.get(name)
+        if mem is None:
+            mem = self._peers[name] = PeerMemory()
+        return mem
+
+    def forget(self, name: str) -> None:
+        self._peers.pop(name, None)
+
+    def next_pull(self) -> float:
+        """A jittered moment for the next periodic pull, so that many peers do not pull in step."""
+        spread = self.sync_interval * self.jitter
+        return time.monotonic() + self.sync_interval + random.uniform(-spread, spread)
+
+    def retry_after(self, failures: int) -> float:
+        """Backoff for a failed pull or join: fast at first, never slower than the sync interval."""
+        return min(self.sync_interval, 0.25 * (2 ** min(failures, 10)))
+
+    def pull_now(self, name: str) -> None:
+        self.get(name).pull_at = 0.0

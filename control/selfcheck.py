@@ -1,0 +1,116 @@
+"""The self-check: probe our own entrance at `peering-gateway.<domain>` as a peer would (DESIGN.md §10).
+
+One TLS connection without a client certificate, through the process's resolver, trusting nothing (we want to see
+whatever certificate is served, ours or not). Then one HTTP request on it:
+- the handshake or the request is refused (alert, reset, EOF before an answer): the entrance enforces client
+  certificates (ClientCertRequired);
+- an HTTP answer comes back: something let the request through without a client certificate, so something in front
+  terminates TLS (ClientCertNotRequired);
+- no connection at all: EntranceUnreachable.
+The certificate the handshake brought goes to `conditions.server_cert_condition`. The probe runs at most once per
+`interval` (single-flight); `invalidate()` makes the next call probe again (after a certificate reload).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import ssl
+import time
+
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from control.rules.conditions import Cond, client_cert_condition, server_cert_condition
+
+PROBE_TIMEOUT = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """What one probe saw: the client-certificate verdict ("refused", "served", "unreachable"), the certificate
+    presented (PEM, or None), and a short detail for the condition message."""
+
+    client: str
+    cert_pem: str | None
+    detail: str = ""
+
+
+def _probe_context() -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    # We judge the certificate ourselves (issued by our CA, for our host, valid now): accept any here.
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+async def probe(host: str, port: int, address: tuple[str, int] | None = None, *,
+                timeout: float = PROBE_TIMEOUT) -> Probe:
+    """Connect to `address` (or `host`:`port`) with SNI `host`, no client certificate, and ask for an offer."""
+    ip, target_port = address if address is not None else (host, port)
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(ip, target_port, ssl=_probe_context(), server_hostname=host), timeout)
+    except ssl.SSLError as exc:
+        # A TLS 1.2 server refuses the missing certificate inside the handshake: it did enforce it, but we did not
+        # get to see its certificate.
+        return Probe("refused", None, f"handshake refused: {exc.reason or exc}")
+    except (OSError, asyncio.TimeoutError) as exc:
+        return Probe("unreachable", None, str(exc) or type(exc).__name__)
+    cert_pem = None
+    ssl_object = writer.get_extra_info("ssl_object")
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    if der:
+        cert_pem = x509.load_der_x509_certificate(der).public_bytes(Encoding.PEM).decode()
+    try:
+        writer.write(f"GET /peering/v1/offer HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), timeout)
+    except (ssl.SSLError, ConnectionError, OSError):
+        return Probe("refused", cert_pem)
+    except asyncio.TimeoutError:
+        return Probe("unreachable", cert_pem, "the entrance accepted the connection but did not answer")
+    finally:
+        writer.close()
+        try:
+            await asyncio.wait_for(writer.wait_closed(), 1.0)
+        except (ssl.SSLError, OSError, asyncio.TimeoutError):
+            pass
+    if line.startswith(b"HTTP/"):
+        return Probe("served", cert_pem)
+    # The connection closed without an answer: a TLS 1.3 server sends its alert after our side finished.
+    return Probe("refused", cert_pem)
+
+
+def conditions_of(result: Probe, ca_pem: str, host: str, now: datetime.datetime) -> tuple[Cond, Cond]:
+    """(ClientCertEnforced, ServerCertOurs) from a probe."""
+    return (client_cert_condition(result.client, result.detail),
+            server_cert_condition(result.cert_pem, ca_pem, host, now, result.detail))
+
+
+class SelfCheck:
+    """The cached, single-flight probe of our entrance; `resolve(host)` maps the name like the process does."""
+
+    def __init__(self, host: str, *, resolve=None, interval: float = 60.0) -> None:
+        self.host = host
+        self.resolve = resolve
+        self.interval = interval
+        self.last: Probe | None = None
+        self._at = -1e18
+        self._lock = asyncio.Lock()
+
+    def invalidate(self) -> None:
+        self._at = -1e18
+
+    def due_in(self) -> float:
+        return max(0.0, self._at + self.interval - time.monotonic())
+
+    async def result(self) -> Probe:
+        async with self._lock:
+            if self.last is None or time.monotonic() - self._at >= self.interval:
+                address = self.resolve(self.host) if self.resolve is not None else None
+                self.last = await probe(self.host, 443, address)
+                self._at = time.monotonic()
+            return self.last
