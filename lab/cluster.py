@@ -139,8 +139,10 @@ def check_cluster_name(name: str) -> None:
 class LabCluster:
     """One lab cluster. `start()` starts it alone; `Lab` starts several that know each other's names."""
 
-    def __init__(self, name: str, dir: os.PathLike | str, *, peering_command: PeeringCommand | None = default_peering_command) -> None:
+    def __init__(self, name: str, dir: os.PathLike | str, *, peering_command: PeeringCommand | None = default_peering_command,
+                 ready_timeout: float = READY_TIMEOUT) -> None:
         check_cluster_name(name)
+        self.ready_timeout = ready_timeout
         self.name = name
         self.dir = pathlib.Path(dir)
         self.peering_command = peering_command
@@ -282,7 +284,7 @@ class LabCluster:
 
     async def _wait_ready(self, ports_file: pathlib.Path) -> dict[str, int]:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + READY_TIMEOUT
+        deadline = loop.time() + self.ready_timeout
         ports: dict[str, int] | None = None
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
             while True:
@@ -291,7 +293,7 @@ class LabCluster:
                                        f"see {self.path('peering.log')}:\n{self._log_tail()}")
                 if loop.time() > deadline:
                     raise TimeoutError(f"cluster {self.name}: the peering process was not ready within "
-                                       f"{READY_TIMEOUT:.0f}s; see {self.path('peering.log')}:\n{self._log_tail()}")
+                                       f"{self.ready_timeout:.0f}s; see {self.path('peering.log')}:\n{self._log_tail()}")
                 if ports is None and ports_file.exists():
                     ports = {k: int(v) for k, v in json.loads(ports_file.read_text()).items()}
                 if ports is not None:
@@ -441,21 +443,38 @@ class LabCluster:
         }
 
 
+async def _all(coros) -> None:
+    """Run concurrently; on the first failure cancel the others, wait for them, and raise that failure."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for t in tasks:
+        if not t.cancelled() and t.exception() is not None:
+            raise t.exception()
+
+
 class Lab:
     """Several lab clusters that resolve and trust each other's public names."""
 
-    def __init__(self, dir: os.PathLike | str, names: list[str], *, peering_command: PeeringCommand | None = default_peering_command) -> None:
+    def __init__(self, dir: os.PathLike | str, names: list[str], *, peering_command: PeeringCommand | None = default_peering_command,
+                 ready_timeout: float = READY_TIMEOUT) -> None:
         if len(set(names)) != len(names) or not names:
             raise ValueError(f"cluster names {names!r}: give one or more distinct names")
         self.dir = pathlib.Path(dir)
-        self.clusters = {n: LabCluster(n, self.dir, peering_command=peering_command) for n in names}
+        self.clusters = {n: LabCluster(n, self.dir, peering_command=peering_command, ready_timeout=ready_timeout)
+                         for n in names}
 
     def __getitem__(self, name: str) -> LabCluster:
         return self.clusters[name]
 
     async def start(self) -> None:
         try:
-            await asyncio.gather(*(c.start_services() for c in self.clusters.values()))
+            await _all(c.start_services() for c in self.clusters.values())
             resolve: dict[str, str] = {}
             for c in self.clusters.values():
                 resolve.update(c.public_resolve_map())
@@ -463,7 +482,7 @@ class Lab:
             for c in self.clusters.values():
                 c.resolve = dict(resolve)
                 c.trusted_ca_pems = list(cas)
-            await asyncio.gather(*(c.start_controllers() for c in self.clusters.values()))
+            await _all(c.start_controllers() for c in self.clusters.values())
         except BaseException:
             await self.stop()
             raise

@@ -30,16 +30,17 @@ import sys
 from dataclasses import dataclass
 from typing import AsyncIterator, Iterator
 
-from lab.cluster import ROOT, Lab, PeeringCommand, default_peering_command
+from lab.cluster import READY_TIMEOUT, ROOT, Lab, PeeringCommand, default_peering_command
 
 KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
 
 
 @contextlib.asynccontextmanager
 async def lab_clusters(dir: pathlib.Path, names: list[str], *,
-                       peering_command: PeeringCommand | None = default_peering_command) -> AsyncIterator[Lab]:
+                       peering_command: PeeringCommand | None = default_peering_command,
+                       ready_timeout: float = READY_TIMEOUT) -> AsyncIterator[Lab]:
     """Started clusters in this event loop; all stopped on exit, also when the body fails."""
-    lab = Lab(dir, names, peering_command=peering_command)
+    lab = Lab(dir, names, peering_command=peering_command, ready_timeout=ready_timeout)
     await lab.start()
     try:
         yield lab

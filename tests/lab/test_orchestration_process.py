@@ -137,3 +137,21 @@ async def test_without_a_peering_command_the_cluster_says_so(tmp_path):
             async with http.post(f"https://127.0.0.1:{lab['a'].ingress.port}/v1/join", ssl=ctx,
                                  server_hostname="peering.a.lab") as r:
                 assert r.status == 503
+
+
+async def test_one_cluster_failing_stops_the_others_cleanly(tmp_path):
+    """The clusters start together; one failing must not leave another starting or running."""
+    seen: dict[str, LabCluster] = {}
+
+    def command(cluster: LabCluster) -> list[str]:
+        seen[cluster.name] = cluster
+        return failing_command(cluster) if cluster.name == "b" else fake_command(cluster)
+
+    with pytest.raises(RuntimeError, match="cluster b"):
+        async with lab_clusters(tmp_path, ["a", "b"], peering_command=command):
+            pass
+    a = seen["a"]
+    assert a.process is None and a.peering_state != "running"
+    # Its API server is stopped too.
+    with pytest.raises(OSError):
+        await asyncio.open_connection("127.0.0.1", a.api.port)
