@@ -102,7 +102,7 @@ async def test_token_request_defaults(ctx):
     assert claims["kubernetes.io"]["serviceaccount"] == {"name": "ctl", "uid": "sa-uid"}
     expires = datetime.strptime(answer["status"]["expirationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(
         tzinfo=timezone.utc)
-    assert before + timedelta(seconds=3600) <= expires <= before + timedelta(seconds=3602)
+    assert before + timedelta(seconds=3600) <= expires <= before + timedelta(seconds=3630)
     assert claims["exp"] == int(expires.timestamp())
     # The issued token authenticates to the API.
     assert (await ctx.authenticator.authenticate_token(answer["status"]["token"])).user.uid == "sa-uid"
