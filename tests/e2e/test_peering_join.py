@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import datetime
+import uuid
+
 import pytest
 import pytest_asyncio
 
+from control import connstring, pki
+from control.config import Settings
+from control.handlers.join import JoinHandler
+from control.kube import KubeSession
+from control.process import Context, Handlers
+from control.rules import join as join_rules
+from control.watch import Informers
+from gateway.protocol import JoinCall, ProtocolError
 from lab.testing import lab_clusters
 from peering_lab import (clusterpeer, connection_string, create_invite, create_join, fast_peering_command,
                                    ready, ready_message, until, until_equal)
@@ -32,3 +45,109 @@ async def test_invite_then_join_is_active_and_ready_on_both_sides(lab):
     assert a_status["peer"]["alias"] == "to-a" and b_status["peer"]["alias"] == "to-b"
     assert a_status["peer"]["clusterUUID"] == b.info()["uuid"]
     assert b_status["peer"]["clusterUUID"] == a.info()["uuid"]
+
+
+def _expired_copy(text: str) -> str:
+    """The same invitation with an expiry in the past, as a string that passes the format checks."""
+    inv = connstring.decode(text, now=datetime.datetime.now(datetime.timezone.utc))
+    past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=1)
+    return connstring.encode(dataclasses.replace(inv, expires_at=past))
+
+
+async def _ends_in(cluster, name: str, phase: str, reason: str, timeout: float = 10.0) -> str:
+    await until_equal(lambda: ready(clusterpeer(cluster, name))[::2], (phase, reason), timeout=timeout,
+                      what=f"{name}: phase {phase}, Ready reason {reason}")
+    return ready_message(clusterpeer(cluster, name))
+
+
+async def test_used_string_ends_in_token_used_within_seconds(lab):
+    a, b = lab["a"], lab["b"]
+    text = clusterpeer(a, "to-b")["status"]["invite"]["connectionString"]
+    create_join(b, "to-a-again", text)
+    message = await _ends_in(b, "to-a-again", "Error", "TokenUsed")
+    assert "used" in message and text.split(".", 1)[1][:40] not in message
+
+
+async def test_expired_string_ends_in_expired_before_anything_is_sent(lab):
+    a, b = lab["a"], lab["b"]
+    create_invite(a, "expired-for-b")
+    text = await connection_string(a, "expired-for-b")
+    create_join(b, "expired", _expired_copy(text))
+    message = await _ends_in(b, "expired", "Error", "Expired")
+    assert "expired" in message
+    # Nothing reached the inviter: its string is still unused.
+    assert clusterpeer(a, "expired-for-b")["status"]["invite"]["used"] is False
+
+
+async def test_string_for_another_cluster_ends_in_cluster_not_expected(lab):
+    a, b = lab["a"], lab["b"]
+    create_invite(a, "for-someone-else", expectedClusterUUID=str(uuid.uuid4()))
+    text = await connection_string(a, "for-someone-else")
+    create_join(b, "not-me", text)
+    await _ends_in(b, "not-me", "Error", "ClusterNotExpected")
+    assert clusterpeer(a, "for-someone-else")["status"]["invite"]["used"] is False
+
+
+async def test_joiner_expecting_another_inviter_never_sends_the_token(lab):
+    a, b = lab["a"], lab["b"]
+    create_invite(a, "pinned")
+    text = await connection_string(a, "pinned")
+    create_join(b, "pinned", text, expectedClusterUUID=str(uuid.uuid4()))
+    message = await _ends_in(b, "pinned", "Error", "ClusterNotExpected")
+    assert "not sent" in message
+    assert clusterpeer(a, "pinned")["status"]["invite"]["used"] is False
+
+
+async def test_truncated_string_ends_in_malformed(lab):
+    a, b = lab["a"], lab["b"]
+    create_invite(a, "truncated")
+    text = await connection_string(a, "truncated")
+    create_join(b, "truncated", text[:-20])
+    message = await _ends_in(b, "truncated", "Error", "Malformed")
+    assert "copy it again" in message
+
+
+async def test_fifty_concurrent_joins_with_one_string_exactly_one_wins(lab):
+    """The join handler as every replica runs it, against cluster a's API: 50 joiners (distinct clusters and keys)
+    race with one string; the resourceVersion precondition lets exactly one mark it used."""
+    a = lab["a"]
+    create_invite(a, "contested")
+    text = await connection_string(a, "contested")
+    inv = connstring.decode(text, now=datetime.datetime.now(datetime.timezone.utc))
+    settings = Settings(public_domain_template="%s.a.lab")
+    kube = await KubeSession.connect(str(a.path("kubeconfig")))
+    informers = Informers(kube)
+    ctx = Context(settings, kube, informers, Handlers())
+    handler = JoinHandler(ctx)
+    ctx.cluster_uuid_informer()
+    informers.start()
+    try:
+        await informers.wait_synced()
+        await until(lambda: handler._find(inv.token_id), what="the invite in the handler's cache")
+        now = datetime.datetime.now(datetime.timezone.utc)
+        bodies = []
+        for i in range(50):
+            joiner = str(uuid.uuid4())
+            ca = pki.create_ca(joiner, now=now)
+            csr = pki.make_key_and_csr(joiner)
+            bodies.append(join_rules.join_request(inv, cluster_uuid=joiner, alias=f"joiner-{i}",
+                                                  entrance=f"peering-gateway.j{i}.lab", ca_pem=ca.cert_pem,
+                                                  csr_pem=csr.cert_pem, offer={}))
+
+        async def one(body: dict):
+            try:
+                return await handler(JoinCall(body=body, remote="127.0.0.1"))
+            except ProtocolError as err:
+                return err
+
+        results = await asyncio.gather(*(one(b) for b in bodies))
+    finally:
+        await informers.stop()
+        await kube.close()
+    won = [r for r in results if isinstance(r, dict)]
+    lost = [r for r in results if isinstance(r, ProtocolError)]
+    assert len(won) == 1, [getattr(r, "reason", "answer") for r in results]
+    assert {(r.code, r.reason) for r in lost} == {(409, "TokenUsed")}
+    assert clusterpeer(a, "contested")["status"]["invite"]["used"] is True
+    winner = won[0]
+    assert winner["clusterUUID"] == a.info()["uuid"] and pki.verify_pin(winner["caBundle"], inv.ca_pin)
