@@ -133,7 +133,6 @@ class TLSAcceptor:
         self._timeout = handshake_timeout
         self.max_connections = max_connections
         self.open = 0
-        self._handshakes: set[asyncio.Task] = set()
         self._raw: set[asyncio.BaseTransport] = set()
 
     def __call__(self) -> asyncio.Protocol:
@@ -149,30 +148,35 @@ class TLSAcceptor:
             self._count_failure("too_many_connections")
             transport.abort()
             return
-        transport.pause_reading()
         self.open += 1
         self._raw.add(transport)
-        task = asyncio.get_running_loop().create_task(self._handshake(transport, ctx))
-        self._handshakes.add(task)
-        task.add_done_callback(self._handshakes.discard)
-
-    async def _handshake(self, transport: asyncio.Transport, ctx: ssl.SSLContext) -> None:
-        early = _Early()
+        # What loop.start_tls does, but synchronously inside connection_made: uvloop starts reading right after
+        # connection_made returns (pause_reading there is ignored), so a ClientHello arriving before a start_tls
+        # task ran would be lost. No task per handshake either: the waiter's callback finishes the job.
         loop = asyncio.get_running_loop()
-        try:
-            tls = await loop.start_tls(transport, early, ctx, server_side=True, ssl_handshake_timeout=self._timeout)
-        except asyncio.CancelledError:
-            self._drop(transport)
-            raise
-        except Exception as exc:  # every handshake failure is the client's: count it, close, carry on
-            self._count_failure(handshake_failure_reason(exc))
-            self._drop(transport)
-            return
+        waiter = loop.create_future()
+        early = _Early()
+        tls_protocol = _ssl_protocol_class(loop)(
+            loop=loop, app_protocol=early, sslcontext=ctx, waiter=waiter, server_side=True, server_hostname=None,
+            call_connection_made=False, ssl_handshake_timeout=self._timeout)
+        transport.set_protocol(tls_protocol)
+        tls_protocol.connection_made(transport)
+        waiter.add_done_callback(lambda w: self._handshake_done(w, transport, tls_protocol, early))
+
+    def _handshake_done(self, waiter: asyncio.Future, transport: asyncio.Transport, tls_protocol: Any,
+                        early: _Early) -> None:
         self._raw.discard(transport)
-        if tls is None or early.lost or not self._admit(tls):
+        exc = None if not waiter.cancelled() and waiter.exception() is None else (
+            waiter.exception() if not waiter.cancelled() else asyncio.CancelledError())
+        if exc is not None:
+            self._count_failure(handshake_failure_reason(exc))
             self.open -= 1
-            if tls is not None:
-                tls.abort()
+            transport.abort()
+            return
+        tls = tls_protocol._get_app_transport()
+        if early.lost or not self._admit(tls):
+            self.open -= 1
+            tls.abort()
             return
         proto = self._make_protocol()
         proto._peering_listener = self
@@ -185,20 +189,11 @@ class TLSAcceptor:
         if early.eof:
             proto.eof_received()
 
-    def _drop(self, transport: asyncio.BaseTransport) -> None:
-        self._raw.discard(transport)
-        self.open -= 1
-        transport.abort()
-
     def closed(self) -> None:
         """Called by the HTTP protocol when its TLS connection ends."""
         self.open -= 1
 
     async def close(self) -> None:
-        for task in list(self._handshakes):
-            task.cancel()
-        if self._handshakes:
-            await asyncio.gather(*self._handshakes, return_exceptions=True)
         for transport in list(self._raw):
             transport.abort()
         self._raw.clear()
@@ -215,6 +210,18 @@ class _Accept(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         pass
+
+
+def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> type:
+    try:
+        import uvloop
+        if isinstance(loop, uvloop.Loop):
+            from uvloop.loop import SSLProtocol
+            return SSLProtocol
+    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio still works without it
+        pass
+    from asyncio.sslproto import SSLProtocol as AsyncioSSLProtocol
+    return AsyncioSSLProtocol
 
 
 def peer_fingerprint(transport: asyncio.BaseTransport) -> str | None:
