@@ -1,0 +1,214 @@
+"""Two lab clusters, each with the real `peering run`: the guide from "Opening capabilities" to "Disabling the
+module", in the order an administrator meets it. The tests of this module share one peering and run in order."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+import time
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from control.rules.access import audience
+from lab.testing import lab_clusters
+from peering_lab import (API_VERSION, GROUP, clusterpeer, condition, connection_string, create_invite, create_join,
+                         fast_peering_command, ready, ready_message, until, until_equal)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+CAP = "configmaps-reader"
+PROJECT = "shop"
+
+
+def _setup(cluster) -> None:
+    api = cluster.api
+    for ns in ("consumer", PROJECT):
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "app", "namespace": "consumer"}})
+    api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "Project", "metadata": {"name": PROJECT}})
+    api.create({"apiVersion": API_VERSION, "kind": "PeeringCapability", "metadata": {"name": CAP},
+                "spec": {"version": "v1", "consumers": [{"kind": "ServiceAccount", "namespace": "consumer",
+                                                         "name": "app"}],
+                         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}})
+    api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "prices", "namespace": PROJECT},
+                "data": {"cluster": cluster.name}})
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def lab(tmp_path_factory):
+    async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command) as lab:
+        for name in ("a", "b"):
+            _setup(lab[name])
+        a, b = lab["a"], lab["b"]
+        cp = create_invite(a, "to-b")
+        text = await connection_string(a, "to-b")
+        create_join(b, "to-a", text)
+        # Both administrators open the capability (the guide's "Opening capabilities").
+        for cluster, name in ((a, "to-b"), (b, "to-a")):
+            obj = await until(lambda: clusterpeer(cluster, name), what=name)
+            obj["spec"]["capabilities"] = [CAP]
+            cluster.api.update(obj)
+        yield lab
+
+
+def _status(cluster, name: str) -> dict:
+    return (clusterpeer(cluster, name) or {}).get("status") or {}
+
+
+async def _active_ready(cluster, name: str, timeout: float = 20.0) -> None:
+    await until_equal(lambda: (*ready(clusterpeer(cluster, name)), ready_message(clusterpeer(cluster, name))),
+                      ("Active", "True", "PeeringReady", "the peering works"), timeout=timeout)
+
+
+def _project_peer(cluster, name: str) -> dict:
+    return cluster.api.get(GROUP, "projectpeers", name, PROJECT) or {}
+
+
+async def test_capability_accepted_and_effective_on_both_sides(lab):
+    a, b = lab["a"], lab["b"]
+    for cluster, name in ((a, "to-b"), (b, "to-a")):
+        await _active_ready(cluster, name)
+        cap = cluster.api.get(GROUP, "peeringcapabilities", CAP)
+        accepted = condition(cap, "Accepted")
+        assert (accepted["status"], accepted["reason"]) == ("True", "Accepted")
+        assert accepted["observedGeneration"] == cap["metadata"]["generation"]
+        await until_equal(lambda: _status(cluster, name).get("effectiveCapabilities"), [CAP])
+        status = _status(cluster, name)
+        assert status["grants"] == [{"capability": CAP, "namespaces": [PROJECT]}]
+        peer_uuid = status["peer"]["clusterUUID"]
+        assert status["access"]["audiences"] == [{"capability": CAP, "audience": audience(peer_uuid, CAP)}]
+        assert status["access"]["endpoint"] == f"https://peering-gateway.d8-peering.svc/peers/{name}"
+        role = cluster.api.get("rbac.authorization.k8s.io", "roles", f"d8:peering:{name}:{CAP}", PROJECT)
+        assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]
+        binding = cluster.api.get("rbac.authorization.k8s.io", "rolebindings", f"d8:peering:{name}:{CAP}", PROJECT)
+        assert binding["subjects"][0]["name"] == f"peering:{peer_uuid}:system:serviceaccount:consumer:app"
+        await until_equal(lambda: (condition(clusterpeer(cluster, name), "TokenExchangeReady").get("reason"),
+                                   condition(clusterpeer(cluster, name), "ClientCertEnforced").get("reason"),
+                                   condition(clusterpeer(cluster, name), "ServerCertOurs").get("reason")),
+                          ("ProviderReady", "ClientCertRequired", "PeeringRootCert"))
+
+
+async def test_same_named_projects_are_paired(lab):
+    a, b = lab["a"], lab["b"]
+    for cluster, name, other in ((a, "to-b", b), (b, "to-a", a)):
+        await until_equal(lambda: (_project_peer(cluster, name).get("status") or {}).get("state"), "Paired")
+        status = _project_peer(cluster, name)["status"]
+        assert status["clusterUUID"] == other.info()["uuid"]
+        assert status["remoteNamespaces"] == [PROJECT]
+        assert status["capabilities"] == [{"name": CAP, "version": "v1", "scope": ["project"]}]
+        assert _status(cluster, name)["pairedProjectsCount"] == 1
+
+
+async def test_offer_change_reaches_the_peer_within_a_second(lab):
+    a, b = lab["a"], lab["b"]
+    start = time.monotonic()
+    a.api.create({"apiVersion": "v1", "kind": "Namespace",
+                  "metadata": {"name": "shop-eu", "labels": {"projects.deckhouse.io/project": PROJECT}}})
+    await until_equal(lambda: (_project_peer(b, "to-a").get("status") or {}).get("remoteNamespaces"),
+                      [PROJECT, "shop-eu"], timeout=5)
+    assert time.monotonic() - start < 1.5
+    projects = _status(b, "to-a")["peer"]["projects"]
+    assert projects == [{"name": PROJECT, "namespaces": [PROJECT, "shop-eu"]}]
+
+
+async def test_a_consumer_crosses_egress_and_entrance(lab):
+    a, b = lab["a"], lab["b"]
+    sa = b.api.get("", "serviceaccounts", "app", "consumer")
+    token, _ = b.api.sa_issuer.issue("consumer", "app", sa["metadata"]["uid"], [audience(a.info()["uuid"], CAP)],
+                                     600)
+    access = _status(b, "to-a")["access"]
+    ctx = ssl.create_default_context(cadata=access["caBundle"])
+    host, port = b.resolve_map()["peering-gateway.d8-peering.svc"].rsplit(":", 1)
+    resolver = __import__("gateway.resolve", fromlist=["OverrideResolver"]).OverrideResolver(
+        {"peering-gateway.d8-peering.svc": f"{host}:{port}"})
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=resolver, ssl=ctx)) as http:
+            url = f"{access['endpoint']}/api/v1/namespaces/{PROJECT}/configmaps/prices"
+            async with http.get(url, headers={"Authorization": f"Bearer {token}"}) as resp:
+                body = await resp.json()
+                assert resp.status == 200, body
+            assert body["data"] == {"cluster": "a"}
+            # Outside the paired project's namespaces the grant gives nothing.
+            async with http.get(f"{access['endpoint']}/api/v1/namespaces/consumer/configmaps",
+                                headers={"Authorization": f"Bearer {token}"}) as resp:
+                assert resp.status == 403
+    finally:
+        await resolver.close()
+
+
+async def _writes(cluster) -> dict[str, float]:
+    """peering_api_writes_total by (verb, resource), without the Lease renewals, from the process's /metrics."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{cluster.ports['ops']}/metrics") as resp:
+            text = await resp.text()
+    out = {}
+    for m in re.finditer(r'^peering_api_writes_total\{([^}]*)\} ([0-9.e+]+)$', text, re.M):
+        if 'resource="leases"' not in m.group(1):
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+async def test_steady_state_makes_no_api_writes(lab):
+    a, b = lab["a"], lab["b"]
+    for cluster, name in ((a, "to-b"), (b, "to-a")):
+        await _active_ready(cluster, name)
+    # Let the last writes of the previous tests settle: two sync intervals without a change.
+    before = {}
+    for _ in range(100):
+        before = {n: await _writes(lab[n]) for n in ("a", "b")}
+        await asyncio.sleep(2.5)
+        if before == {n: await _writes(lab[n]) for n in ("a", "b")}:
+            break
+    # The counter is read for real: the peering's own writes so far are in it.
+    assert any("clusterpeers" in labels for labels in before["a"]), before["a"]
+    # Over several more pulls, self-checks and requeues: nothing written.
+    await asyncio.sleep(3)
+    assert {n: await _writes(lab[n]) for n in ("a", "b")} == before
+
+
+async def test_peer_down_is_unreachable_not_revoked_and_recovers(lab):
+    a, b = lab["a"], lab["b"]
+    await b.stop_peering()
+    try:
+        await until_equal(lambda: ready(clusterpeer(a, "to-b")), ("Active", "False", "PeerUnreachable"), timeout=10)
+        await until_equal(lambda: (_project_peer(a, "to-b").get("status") or {}).get("state"), "PeerUnreachable")
+        # Nothing is taken away: grants and effective capabilities stay.
+        assert _status(a, "to-b")["effectiveCapabilities"] == [CAP]
+        assert a.api.get("rbac.authorization.k8s.io", "roles", f"d8:peering:to-b:{CAP}", PROJECT) is not None
+    finally:
+        await b.start_peering()
+    await _active_ready(a, "to-b")
+    await until_equal(lambda: (_project_peer(a, "to-b").get("status") or {}).get("state"), "Paired")
+
+
+async def test_revocation_by_deleting_the_clusterpeer(lab):
+    a, b = lab["a"], lab["b"]
+    a.api.delete(GROUP, "clusterpeers", "to-b")
+    # The other side is refused and says why; it keeps its own objects until its administrator deletes it.
+    await until_equal(lambda: ready(clusterpeer(b, "to-a")), ("Active", "False", "PeerRefusedCertificate"),
+                      timeout=10)
+    assert "revoked" in ready_message(clusterpeer(b, "to-a"))
+    # What the ClusterPeer owned is gone with it (garbage collection).
+    await until(lambda: a.api.get("", "secrets", "peer-to-b", "d8-peering") is None, what="peer Secret gone")
+    await until(lambda: a.api.get(GROUP, "projectpeers", "to-b", PROJECT) is None, what="ProjectPeer gone")
+    await until(lambda: a.api.get("rbac.authorization.k8s.io", "roles", f"d8:peering:to-b:{CAP}", PROJECT) is None,
+                what="Role gone")
+    await until(lambda: a.api.get("deckhouse.io", "tokenexchangeproviders", "peering-to-b") is None,
+                what="provider gone")
+
+
+async def test_module_reenabled_with_a_new_ca_marks_old_peerings_error(lab):
+    a, b = lab["a"], lab["b"]
+    create_invite(a, "second")
+    text = await connection_string(a, "second")
+    create_join(b, "second", text)
+    await _active_ready(a, "second")
+    await a.stop_peering()
+    for name in ("peering-ca", "peering-gateway-tls", "peering-egress-tls"):
+        a.api.delete("", "secrets", name, "d8-peering")
+    await a.start_peering()
+    await until_equal(lambda: ready(clusterpeer(a, "second")), ("Error", "False", "CredentialsFromOtherCA"))
+    assert "establish the peering anew" in ready_message(clusterpeer(a, "second"))
