@@ -85,12 +85,26 @@ class RequestInfo:
     name: str | None = None
     subresource: str = ""
     query: dict = field(default_factory=dict)
+    # A list or watch narrowed to one name by `fieldSelector=metadata.name=x` is authorized as a request for
+    # that name, so a role with resourceNames can watch its one object (kube-apiserver's RequestInfoFactory).
+    selected_name: str = ""
 
     def attributes(self) -> Attributes:
         if not self.resource_request:
             return Attributes(verb=self.verb, resource_request=False, path=self.path)
         return Attributes(verb=self.verb, resource_request=True, api_group=self.group, resource=self.plural,
-                          subresource=self.subresource, namespace=self.namespace or "", name=self.name or "")
+                          subresource=self.subresource, namespace=self.namespace or "",
+                          name=self.name or self.selected_name)
+
+
+def _single_name(field_selector: str | None) -> str:
+    """The name a field selector requires exactly (`metadata.name=x` or `==`), else ""."""
+    found = ""
+    for term in (field_selector or "").split(","):
+        key, sep, value = term.partition("==") if "==" in term else term.partition("=")
+        if sep and not key.endswith("!") and key.strip() == "metadata.name":
+            found = value.strip()
+    return found
 
 
 def parse_request(method: str, path: str, query) -> RequestInfo:
@@ -141,6 +155,8 @@ def parse_request(method: str, path: str, query) -> RequestInfo:
         info.verb = "delete" if info.name else "deletecollection"
     else:
         info.verb = http_verb
+    if info.verb in ("list", "watch") and not info.name:
+        info.selected_name = _single_name(query.get("fieldSelector"))
     return info
 
 

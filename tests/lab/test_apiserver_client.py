@@ -398,3 +398,23 @@ async def test_crd_created_at_run_time_is_discovered_and_served(lab, api):
     assert exc.value.status == 422 and json.loads(exc.value.body)["details"]["causes"][0]["field"] == "spec.size"
     await ext.delete_custom_resource_definition("widgets.example.com")
     await until(lambda: lab.server.registry.get("example.com", "v1", "widgets") is None)
+
+
+async def test_list_and_watch_of_one_name_are_authorized_by_resource_names(lab, api):
+    rbac = client.RbacAuthorizationV1Api(api)
+    await rbac.create_namespaced_role("kube-system", {"metadata": {"name": "uuid-reader"}, "rules": [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"],
+         "resourceNames": ["d8-cluster-uuid"]}]})
+    await rbac.create_namespaced_role_binding("kube-system", {
+        "metadata": {"name": "uuid-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "uuid-reader"},
+        "subjects": [{"kind": "User", "name": "reader", "apiGroup": "rbac.authorization.k8s.io"}]})
+    await client.CoreV1Api(api).create_namespaced_config_map("kube-system", {
+        "metadata": {"name": "d8-cluster-uuid"}, "data": {"cluster-uuid": "u"}})
+    async with await lab.client(lab.user_kubeconfig("reader")) as reader_api:
+        v1 = client.CoreV1Api(reader_api)
+        one = await v1.list_namespaced_config_map("kube-system", field_selector="metadata.name=d8-cluster-uuid")
+        assert [i.metadata.name for i in one.items] == ["d8-cluster-uuid"]
+        with pytest.raises(ApiException) as exc:
+            await v1.list_namespaced_config_map("kube-system")
+        assert exc.value.status == 403
