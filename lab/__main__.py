@@ -4,6 +4,9 @@
     python -m lab down --dir DIR                  stop them and wait until they are gone
     python -m lab serve --clusters a,b --dir DIR  the same clusters in the foreground (what `up` runs)
 
+`--no-peering` starts the clusters without the peering process; `--peering-arg=FLAG` (repeatable) passes one
+more flag to `peering run`.
+
 `up` writes DIR/lab.json (per cluster: uuid, resolver map, CA bundles, file paths), DIR/<cluster>/kubeconfig for
 a cluster-admin (`kubectl --kubeconfig DIR/a/kubeconfig get namespaces`), DIR/lab.pid and logs in DIR/lab.log
 and DIR/<cluster>/peering.log.
@@ -85,6 +88,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", "lab", "serve", "--clusters", ",".join(args.clusters), "--dir", str(d)]
     if args.no_peering:
         cmd.append("--no-peering")
+    cmd += [f"--peering-arg={a}" for a in args.peering_arg]
     with open(d / "lab.log", "ab") as logf:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd=str(ROOT),
                                 start_new_session=True)
@@ -136,13 +140,21 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def with_extra_args(extra: list[str]):
+    """The default peering command with `extra` flags appended (e.g. shorter sync intervals for a demo)."""
+    def command(cluster):
+        cmd = default_peering_command(cluster)
+        return None if cmd is None else cmd + list(extra)
+    return command
+
+
 async def _serve(args: argparse.Namespace) -> int:
     d = pathlib.Path(args.dir).resolve()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    lab = Lab(d, args.clusters, peering_command=None if args.no_peering else default_peering_command)
+    lab = Lab(d, args.clusters, peering_command=None if args.no_peering else with_extra_args(args.peering_arg))
     start = asyncio.ensure_future(lab.start())
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait([start, stopped], return_when=asyncio.FIRST_COMPLETED)
@@ -177,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--clusters", type=_clusters, default=["a", "b"], help="cluster names, e.g. a,b")
         p.add_argument("--dir", required=True, help="directory for lab.json, kubeconfigs and logs")
         p.add_argument("--no-peering", action="store_true", help="do not start the peering process")
+        p.add_argument("--peering-arg", action="append", default=[], metavar="FLAG",
+                       help="one more flag for `peering run`, e.g. --peering-arg=--log-level=debug (repeatable)")
         p.add_argument("--timeout", type=float, default=UP_TIMEOUT, help="seconds to wait for readiness")
     p = sub.add_parser("down")
     p.add_argument("--dir", required=True)

@@ -155,3 +155,11 @@ async def test_one_cluster_failing_stops_the_others_cleanly(tmp_path):
     # Its API server is stopped too.
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", a.api.port)
+
+
+async def test_extra_peering_flags_are_appended(tmp_path):
+    from lab.__main__ import with_extra_args
+
+    async with lab_clusters(tmp_path, ["a"], peering_command=None) as lab:
+        cmd = with_extra_args(["--log-level=debug"])(lab["a"])
+        assert cmd == default_peering_command(lab["a"]) + ["--log-level=debug"]
