@@ -102,3 +102,35 @@ def create_join(cluster, name: str, connection_string: str, **join: Any) -> dict
 async def connection_string(cluster, name: str) -> str:
     return await until(lambda: ((clusterpeer(cluster, name) or {}).get("status") or {}).get("invite", {})
                        .get("connectionString"), what=f"status.invite of {name}")
+
+
+class WriteCounter:
+    """Counts the writes (create, update incl. patch and status, delete) the lab API server of a cluster accepts,
+    by resource, leaving out Leases (the leader renews its Lease by design). It wraps the emulator's object store
+    in place, so it sees writes from every client; `close()` restores it."""
+
+    def __init__(self, cluster) -> None:
+        self.objects = cluster.api.objects
+        self.counts: dict[str, int] = {}
+        self._saved = {}
+        for method in ("create", "update", "delete"):
+            original = getattr(self.objects, method)
+            self._saved[method] = original
+            setattr(self.objects, method, self._wrap(method, original))
+
+    def _wrap(self, method: str, original):
+        def counted(info, *args, **kwargs):
+            result = original(info, *args, **kwargs)
+            if info.plural != "leases" and not kwargs.get("dry_run"):
+                key = f"{method} {info.plural}"
+                self.counts[key] = self.counts.get(key, 0) + 1
+            return result
+        return counted
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def close(self) -> None:
+        for method, original in self._saved.items():
+            setattr(self.objects, method, original)

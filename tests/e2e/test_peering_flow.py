@@ -4,7 +4,6 @@ module", in the order an administrator meets it. The tests of this module share 
 from __future__ import annotations
 
 import asyncio
-import re
 import ssl
 import time
 
@@ -15,7 +14,7 @@ import pytest_asyncio
 from control.rules.access import audience
 from lab.testing import lab_clusters
 from peering_lab import (API_VERSION, GROUP, clusterpeer, condition, connection_string, create_invite, create_join,
-                         fast_peering_command, ready, ready_message, until, until_equal)
+                         fast_peering_command, ready, ready_message, until, until_equal, WriteCounter)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -139,34 +138,35 @@ async def test_a_consumer_crosses_egress_and_entrance(lab):
         await resolver.close()
 
 
-async def _writes(cluster) -> dict[str, float]:
-    """peering_api_writes_total by (verb, resource), without the Lease renewals, from the process's /metrics."""
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://127.0.0.1:{cluster.ports['ops']}/metrics") as resp:
-            text = await resp.text()
-    out = {}
-    for m in re.finditer(r'^peering_api_writes_total\{([^}]*)\} ([0-9.e+]+)$', text, re.M):
-        if 'resource="leases"' not in m.group(1):
-            out[m.group(1)] = float(m.group(2))
-    return out
-
-
 async def test_steady_state_makes_no_api_writes(lab):
     a, b = lab["a"], lab["b"]
     for cluster, name in ((a, "to-b"), (b, "to-a")):
         await _active_ready(cluster, name)
-    # Let the last writes of the previous tests settle: two sync intervals without a change.
-    before = {}
-    for _ in range(100):
-        before = {n: await _writes(lab[n]) for n in ("a", "b")}
-        await asyncio.sleep(2.5)
-        if before == {n: await _writes(lab[n]) for n in ("a", "b")}:
-            break
-    # The counter is read for real: the peering's own writes so far are in it.
-    assert any("clusterpeers" in labels for labels in before["a"]), before["a"]
-    # Over several more pulls, self-checks and requeues: nothing written.
-    await asyncio.sleep(3)
-    assert {n: await _writes(lab[n]) for n in ("a", "b")} == before
+    counters = [WriteCounter(a), WriteCounter(b)]
+    try:
+        # Let the last writes of the previous tests settle: a quiet stretch of several sync intervals.
+        deadline = time.monotonic() + 20
+        while True:
+            seen = [c.total for c in counters]
+            await asyncio.sleep(2.5)
+            if [c.total for c in counters] == seen or time.monotonic() > deadline:
+                break
+        for c in counters:
+            c.counts.clear()
+        # Over several more pulls (every second), self-checks and requeues: nothing written anywhere.
+        await asyncio.sleep(4)
+        assert [c.counts for c in counters] == [{}, {}]
+        # The counter does see writes: a change to the spec is written (by the test) and reconciled.
+        obj = clusterpeer(a, "to-b")
+        obj["spec"]["capabilities"] = [CAP, "not-declared-here"]
+        a.api.update(obj)
+        await until(lambda: counters[0].counts.get("update clusterpeers", 0) >= 2, what="the change reconciled")
+        obj = clusterpeer(a, "to-b")
+        obj["spec"]["capabilities"] = [CAP]
+        a.api.update(obj)
+    finally:
+        for c in counters:
+            c.close()
 
 
 async def test_peer_down_is_unreachable_not_revoked_and_recovers(lab):
