@@ -178,7 +178,23 @@ async def test_missing_or_unknown_connector_is_invalid_request(dex, http, pki, p
     assert body["error_description"] == "Requested connector does not exist."
 
 
-@pytest.mark.parametrize("case", ["wrong key", "wrong issuer", "expired", "no exp", "not a jwt"])
+def _unsigned(claims: dict) -> str:
+    def b64(d: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()
+    return f"{b64({'alg': 'none', 'kid': 'peer-key'})}.{b64(claims)}."
+
+
+def _hs256_with_public_key(key: jwk.JWK) -> str:
+    """The classic key confusion: an HMAC token keyed with the issuer's public key."""
+    secret = jwk.JWK(kty="oct", k=base64.urlsafe_b64encode(key.export_to_pem()).rstrip(b"=").decode(), kid=key.kid)
+    t = jwt.JWT(header={"alg": "HS256", "kid": key.kid},
+                claims={"iss": PEER_ISSUER, "sub": SA_SUB, "exp": int(time.time()) + 600})
+    t.make_signed_token(secret)
+    return t.serialize()
+
+
+@pytest.mark.parametrize("case", ["wrong key", "wrong issuer", "expired", "no exp", "not a jwt", "alg none",
+                                  "hs256 key confusion", "not yet valid"])
 async def test_bad_subject_token_is_access_denied_401(dex, http, pki, peer_key, case):
     other = jwk.JWK.generate(kty="RSA", size=2048, kid=peer_key.kid)  # same kid, different key
     token = {
@@ -187,6 +203,9 @@ async def test_bad_subject_token_is_access_denied_401(dex, http, pki, peer_key, 
         "expired": lambda: peer_token(peer_key, exp=int(time.time()) - 1),
         "no exp": lambda: peer_token(peer_key, exp=None),
         "not a jwt": lambda: "not-a-token",
+        "alg none": lambda: _unsigned({"iss": PEER_ISSUER, "sub": SA_SUB, "exp": int(time.time()) + 600}),
+        "hs256 key confusion": lambda: _hs256_with_public_key(peer_key),
+        "not yet valid": lambda: peer_token(peer_key, nbf=int(time.time()) + 3600),
     }[case]()
     status, body = await post(http, dex, pki, form(token))
     assert (status, body["error"]) == (401, "access_denied")
