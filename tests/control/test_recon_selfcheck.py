@@ -1,0 +1,104 @@
+"""The self-check probe against real TLS servers on 127.0.0.1: one that requires a client certificate (as the
+entrance does), one that serves without (a TLS terminator in front), a foreign and an expired certificate, and
+nothing listening."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ssl
+
+import pytest
+
+from control import pki
+from control.selfcheck import SelfCheck, conditions_of, probe
+
+HOST = "peering-gateway.x.lab"
+NOW = datetime.datetime.now(datetime.timezone.utc)
+
+
+async def _serve(cert: pki.CertAndKey, *, require_client_cert: bool, tmp_path):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    (tmp_path / "c.pem").write_text(cert.cert_pem)
+    (tmp_path / "k.pem").write_text(cert.key_pem)
+    ctx.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
+    if require_client_cert:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(cadata=cert.cert_pem)
+
+    async def handle(reader, writer):
+        try:
+            await reader.readline()
+            writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+        except (ssl.SSLError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ca():
+    return pki.create_ca("x", now=NOW)
+
+
+@pytest.mark.parametrize("require, cert_kind, expected", [
+    (True, "ours", ("ClientCertRequired", "PeeringRootCert")),
+    (False, "ours", ("ClientCertNotRequired", "PeeringRootCert")),
+    (False, "foreign", ("ClientCertNotRequired", "ForeignCert")),
+    (True, "expired", ("ClientCertRequired", "ForeignCert")),
+    (True, "other-host", ("ClientCertRequired", "ForeignCert")),
+])
+async def test_probe_reasons(ca, tmp_path, require, cert_kind, expected):
+    if cert_kind == "ours":
+        served = pki.issue_server_cert(ca, [HOST], now=NOW)
+    elif cert_kind == "foreign":
+        served = pki.issue_server_cert(pki.create_ca("someone", now=NOW), [HOST], now=NOW)
+    elif cert_kind == "expired":
+        served = pki.issue_server_cert(ca, [HOST], now=NOW - datetime.timedelta(days=60))
+    else:
+        served = pki.issue_server_cert(ca, ["elsewhere.x.lab"], now=NOW)
+    server, port = await _serve(served, require_client_cert=require, tmp_path=tmp_path)
+    try:
+        result = await probe(HOST, 443, ("127.0.0.1", port))
+    finally:
+        server.close()
+        await server.wait_closed()
+    client, server_cond = conditions_of(result, ca.cert_pem, HOST, NOW)
+    assert (client.reason, server_cond.reason) == expected
+    assert result.cert_pem is not None
+
+
+async def test_nothing_listening_is_entrance_unreachable(ca):
+    # A port that was just free: bind, learn it, close.
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    client, server_cond = conditions_of(await probe(HOST, 443, ("127.0.0.1", port)), ca.cert_pem, HOST, NOW)
+    assert (client.status, client.reason) == ("Unknown", "EntranceUnreachable")
+    assert (server_cond.status, server_cond.reason) == ("Unknown", "EntranceUnreachable")
+
+
+async def test_selfcheck_probes_once_per_interval_and_again_after_invalidate(ca, tmp_path):
+    server, port = await _serve(pki.issue_server_cert(ca, [HOST], now=NOW), require_client_cert=True,
+                                tmp_path=tmp_path)
+    calls = []
+
+    def resolve(host):
+        calls.append(host)
+        return ("127.0.0.1", port)
+
+    check = SelfCheck(HOST, resolve=resolve, interval=3600)
+    try:
+        first = await check.result()
+        assert await check.result() is first and calls == [HOST]
+        check.invalidate()
+        await check.result()
+        assert calls == [HOST, HOST]
+    finally:
+        server.close()
+        await server.wait_closed()
