@@ -1,0 +1,131 @@
+"""Table tests of the plain functions of the reconcilers: status in one place, sync failure reasons, the provider
+object, owner mapping, the Accepted status of a capability, and the sync schedule."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from control.peerclient import Answer, _refused_cert
+from control.reconcilers.capability import desired_capability_status
+from control.reconcilers.clusterpeer import desired_provider, desired_status, owner_names, provider_name, sync_failure
+from control.reconcilers.memory import Memory
+from control.rules import conditions as cond
+
+T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+T1 = T0 + datetime.timedelta(minutes=5)
+CP = {"metadata": {"name": "to-b", "uid": "u-1", "generation": 3}, "spec": {"type": "Join"}}
+
+
+@pytest.mark.parametrize("answer, reason, says", [
+    (Answer(None, "connection refused"), cond.PEER_UNREACHABLE, "did not answer (connection refused)"),
+    (Answer(None, "TLS failed", refused_certificate=True), cond.PEER_REFUSED_CERTIFICATE, ""),
+    (Answer(403, {"reason": "PeerUnknown", "message": "no live peering"}), cond.PEER_REFUSED_CERTIFICATE, ""),
+    (Answer(503, {"reason": "NotReady", "message": "retry later"}), cond.PEER_UNREACHABLE, "HTTP 503 (NotReady"),
+    (Answer(500, "oops"), cond.PEER_UNREACHABLE, "HTTP 500"),
+])
+def test_sync_failure(answer, reason, says):
+    got_reason, message = sync_failure(answer)
+    assert got_reason == reason and says in message
+    if reason == cond.PEER_UNREACHABLE:
+        assert "stays" in message
+
+
+@pytest.mark.parametrize("text, refused", [
+    ("[SSL: TLSV1_ALERT_UNKNOWN_CA] tlsv1 alert unknown ca", True),
+    ("[SSL: SSLV3_ALERT_BAD_CERTIFICATE] sslv3 alert bad certificate", True),
+    ("[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] alert", True),
+    ("Connection reset by peer", False),
+    ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed", False),
+])
+def test_refused_certificate_detection(text, refused):
+    assert _refused_cert(Exception(text)) is refused
+
+
+def _status(cp, now, **kw):
+    args = dict(cp=cp, now=now, state=cond.PeeringState("Join", "complete", has_peer_offer=True), invite=None,
+                offer={"projects": []}, peer={"alias": "to-a"}, effective=["c"], grants=[], access=None, paired=0,
+                token_exchange=cond.Cond("True", "ProviderReady", "ok"), selfcheck=None)
+    args.update(kw)
+    return desired_status(**args)
+
+
+def test_status_is_stable_and_keeps_transition_times():
+    first = _status(CP, T0)
+    assert first["phase"] == "Active" and first["observedGeneration"] == 3
+    ready = cond.get_condition(first["conditions"], "Ready")
+    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == ("True", "PeeringReady",
+                                                                                "2026-01-01T00:00:00Z")
+    # The same world later: the same status, so no write.
+    again = _status({**CP, "status": first}, T1)
+    assert again == first
+    # A change of status moves lastTransitionTime of that condition only.
+    failed = _status({**CP, "status": first}, T1, state=cond.PeeringState(
+        "Join", "complete", has_peer_offer=True, sync_error=(cond.PEER_UNREACHABLE, "down")))
+    ready = cond.get_condition(failed["conditions"], "Ready")
+    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == ("False", "PeerUnreachable",
+                                                                                "2026-01-01T00:05:00Z")
+    te = cond.get_condition(failed["conditions"], "TokenExchangeReady")
+    assert te["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert failed["phase"] == "Active"
+
+
+def test_status_without_token_exchange_drops_the_condition_and_optional_parts():
+    first = _status(CP, T0)
+    pending = _status({**CP, "status": first}, T1, state=cond.PeeringState("Join"), token_exchange=None,
+                      peer=None, selfcheck=(cond.Cond("True", "ClientCertRequired", "m"),
+                                            cond.Cond("True", "PeeringRootCert", "m")))
+    types = [c["type"] for c in pending["conditions"]]
+    assert "TokenExchangeReady" not in types and {"ClientCertEnforced", "ServerCertOurs"} <= set(types)
+    assert "peer" not in pending and "access" not in pending and pending["phase"] == "Pending"
+
+
+def test_provider_object():
+    obj = desired_provider(CP, "peer-uuid", "https://api.b.lab", '{"keys":[]}', ["peering.deckhouse.io/u/c"])
+    assert obj["metadata"]["name"] == provider_name("to-b") == "peering-to-b"
+    assert obj["spec"] == {"issuer": "https://api.b.lab", "jwks": '{"keys":[]}', "usernamePrefix": "peering:peer-uuid:",
+                           "audiences": ["peering.deckhouse.io/u/c"]}
+    assert obj["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert obj["metadata"]["labels"]["peering.deckhouse.io/clusterpeer"] == "to-b"
+
+
+@pytest.mark.parametrize("refs, names", [
+    ([], []),
+    ([{"kind": "ClusterPeer", "name": "a"}], ["a"]),
+    ([{"kind": "Deployment", "name": "x"}, {"kind": "ClusterPeer", "name": "b"}], ["b"]),
+    ([{"kind": "ClusterPeer"}], []),
+])
+def test_owner_names(refs, names):
+    assert owner_names({"metadata": {"ownerReferences": refs}}) == names
+
+
+def test_capability_status_accepts_and_refuses_with_generation():
+    good = {"metadata": {"generation": 2}, "spec": {
+        "version": "v1", "consumers": [{"kind": "ServiceAccount", "namespace": "n", "name": "s"}],
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}}
+    status = desired_capability_status(good, T0)
+    accepted = cond.get_condition(status["conditions"], "Accepted")
+    assert (accepted["status"], accepted["reason"], accepted["observedGeneration"]) == ("True", "Accepted", 2)
+    assert status["observedGeneration"] == 2
+    assert desired_capability_status({**good, "status": status}, T1) == status
+    bad = {**good, "spec": {**good["spec"], "rules": [{"apiGroups": [""], "resources": ["secrets"],
+                                                        "verbs": ["get"]}]}}
+    refused = cond.get_condition(desired_capability_status({**bad, "status": status}, T1)["conditions"], "Accepted")
+    assert refused["status"] == "False" and refused["reason"] != "Accepted"
+    assert refused["lastTransitionTime"] == "2026-01-01T00:05:00Z"
+
+
+def test_memory_schedule():
+    memory = Memory(sync_interval=30.0, jitter=0.2)
+    assert [memory.retry_after(n) for n in (1, 2, 3, 10)] == [0.5, 1.0, 2.0, 30.0]
+    import time
+
+    for _ in range(50):
+        delay = memory.next_pull() - time.monotonic()
+        assert 23.9 <= delay <= 36.1
+    memory.get("x").pull_at = 1e12
+    memory.pull_now("x")
+    assert memory.get("x").pull_at == 0.0
+    memory.forget("x")
+    assert memory.get("x").sync_error is None
