@@ -132,3 +132,37 @@ async def test_inprocess_fixture_gives_the_same_cluster_shape(inprocess_lab):
     solo = inprocess_lab["solo"]
     assert solo.api.get("", "configmaps", "d8-cluster-uuid", "kube-system")["data"]["cluster-uuid"] == solo.uuid
     assert set(solo.resolve_map()) == {h.format(c="solo") for h in HOSTS}
+
+
+def test_user_authn_follows_kubectl_and_its_lab_annotations(shared_lab):
+    """Another process drives user-authn through kubectl alone: apply, fail on purpose, recover."""
+    import time
+
+    from jwcrypto import jwk
+
+    key = jwk.JWK.generate(kty="EC", crv="P-256", kid="k").export_public(as_dict=True)
+    provider = {"apiVersion": "deckhouse.io/v1alpha1", "kind": "TokenExchangeProvider",
+                "metadata": {"name": "peering-x", "annotations": {"lab.deckhouse.io/fail": "ApplyError"}},
+                "spec": {"issuer": "https://api.x.lab", "jwks": json.dumps({"keys": [key]}),
+                         "usernamePrefix": "peering:x:", "audiences": ["kubernetes"]}}
+
+    def apply(obj):
+        done = subprocess.run([KUBECTL, "--kubeconfig", shared_lab.kubeconfig("solo"), "apply", "-f", "-"],
+                              input=json.dumps(obj), capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+
+    def reason_becomes(expected):
+        deadline = time.monotonic() + 10
+        while True:
+            got = shared_lab.kubectl("solo", "get", "tokenexchangeprovider", "peering-x", "-o",
+                                     'jsonpath={.status.conditions[?(@.type=="Ready")].reason}').stdout
+            if got == expected or time.monotonic() > deadline:
+                return got
+            time.sleep(0.1)  # bounded poll of another process
+
+    apply(provider)
+    assert reason_becomes("ApplyError") == "ApplyError"
+    del provider["metadata"]["annotations"]["lab.deckhouse.io/fail"]
+    provider["metadata"]["annotations"]["lab.deckhouse.io/delay-seconds"] = "0"
+    apply(provider)
+    assert reason_becomes("ProviderReady") == "ProviderReady"
