@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import yaml
 from aiohttp import web
 
-from lab.apiserver import discovery, errors, patch, protobuf, table
+from lab.apiserver import discovery, errors, events, patch, protobuf, table
 from lab.apiserver.authcache import AuthCache
 from lab.apiserver.auth import rbac, reviews, sensitive
 from lab.apiserver.auth.authn import Authenticator
@@ -294,14 +294,22 @@ class ApiServer:
                                                    f'{obj.get("apiVersion")!r} is served here')
         return info
 
+    def _stored_form(self, group: str, plural: str):
+        """The store key of a resource, and how to show its stored objects (events.k8s.io are core events)."""
+        if group == events.EVENTS_GROUP and plural == "events":
+            return events.CORE_KEY, events.from_core
+        return (group, plural), copy.deepcopy
+
     def get(self, group: str, plural: str, name: str, namespace: str | None = None) -> dict | None:
-        obj = self.store.get((group, plural), namespace, name)
-        return copy.deepcopy(obj) if obj is not None else None
+        key, show = self._stored_form(group, plural)
+        obj = self.store.get(key, namespace, name)
+        return show(copy.deepcopy(obj)) if obj is not None else None
 
     def list(self, group: str, plural: str, namespace: str | None = None,
              label_selector: str | None = None) -> list[dict]:
+        key, show = self._stored_form(group, plural)
         match = label_predicate(label_selector)
-        return [copy.deepcopy(o) for o in self.store.list((group, plural), namespace) if match is None or match(o)]
+        return [show(copy.deepcopy(o)) for o in self.store.list(key, namespace) if match is None or match(o)]
 
     def create(self, obj: dict) -> dict:
         info = self._info_of(obj)
@@ -467,7 +475,9 @@ class ApiServer:
         api_version = res.group_version
 
         def present(obj: dict) -> dict:
-            if obj.get("apiVersion") not in (None, api_version):
+            if res.storage == events.CORE_KEY:
+                obj = events.from_core(obj, res.version)
+            elif obj.get("apiVersion") not in (None, api_version):
                 obj = dict(obj, apiVersion=api_version)
             return sensitive.mask(obj, paths) if must_mask else obj
 
@@ -615,7 +625,9 @@ class ApiServer:
             raise errors.ApiError(405, "MethodNotAllowed", f"patch is not supported on {info.subresource}")
         body = await self._body(request)
         ns = info.namespace if res.namespaced else None
-        existing = self.store.get(res.key, ns, info.name)
+        stored = existing = self.store.get(res.key, ns, info.name)
+        if existing is not None and res.storage == events.CORE_KEY:
+            existing = events.from_core(existing, res.version)   # patches apply to the form the client sees
         fv = self._field_validation(query)
         dry = self._dry_run(query)
         if ctype == patch.APPLY_YAML:
@@ -646,7 +658,7 @@ class ApiServer:
                 if not info.subresource:
                     self._check_rbac_write(res, merged, user, ns)
                 obj, warnings = self.objects.update(res, merged, ns, info.name, info.subresource or None, fv, dry,
-                                                    existing=existing)
+                                                    existing=stored)
                 status = 200
             if not dry:
                 self._apply_previous[slot] = applied
@@ -671,7 +683,7 @@ class ApiServer:
         if not info.subresource:
             self._check_rbac_write(res, patched, user, ns)
         obj, warnings = self.objects.update(res, patched, ns, info.name, info.subresource or None, fv, dry,
-                                            existing=existing)
+                                            existing=stored)
         return _json_response(self._masker(res, user, attrs)(obj), 200, self._warnings_header(warnings))
 
     async def _delete(self, request, res: ResourceInfo, info: RequestInfo) -> web.Response:

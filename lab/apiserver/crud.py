@@ -12,7 +12,7 @@ import secrets
 import uuid
 from datetime import datetime, timezone
 
-from lab.apiserver import errors, validation
+from lab.apiserver import errors, events, validation
 from lab.apiserver.auth import sensitive
 from lab.apiserver.resources import Registry, ResourceInfo, resources_of_crd
 from lab.apiserver.store import Store
@@ -89,6 +89,8 @@ class Objects:
             meta.pop("namespace", None)
         meta.pop("managedFields", None)
         obj["metadata"] = meta
+        if info.storage == events.CORE_KEY:
+            obj = events.to_core(obj)
         return obj
 
     def _kind_rules(self, info: ResourceInfo, obj: dict, old: dict | None) -> dict:

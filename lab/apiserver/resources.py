@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 STANDARD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
@@ -30,6 +31,8 @@ class ResourceInfo:
     has_generation: bool = False  # metadata.generation is kept (custom resources and CRDs)
     sensitive_paths: tuple[tuple[str, ...], ...] = ()
     storage_version: str = ""
+    # Where the objects live when another resource holds them (events.k8s.io events are core events).
+    storage: tuple[str, str] | None = None
 
     @property
     def group_version(self) -> str:
@@ -38,7 +41,7 @@ class ResourceInfo:
     @property
     def key(self) -> tuple[str, str]:
         """Objects of every served version of a resource share one store, keyed by group and plural."""
-        return (self.group, self.plural)
+        return self.storage or (self.group, self.plural)
 
     @property
     def create_only(self) -> bool:
@@ -68,7 +71,7 @@ BUILTINS: tuple[ResourceInfo, ...] = (
     _builtin("", "v1", "secrets", "Secret", True),
     _builtin("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",), sub={"token": ("create",)}),
     _builtin("", "v1", "events", "Event", True, ("ev",)),
-    _builtin("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
+    dataclasses.replace(_builtin("events.k8s.io", "v1", "events", "Event", True, ("ev",)), storage=("", "events")),
     _builtin("coordination.k8s.io", "v1", "leases", "Lease", True),
     _builtin("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     _builtin("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),

@@ -418,3 +418,21 @@ async def test_list_and_watch_of_one_name_are_authorized_by_resource_names(lab, 
         with pytest.raises(ApiException) as exc:
             await v1.list_namespaced_config_map("kube-system")
         assert exc.value.status == 403
+
+
+async def test_events_of_both_apis_are_one_store(lab, api):
+    ev = client.EventsV1Api(api)
+    await ev.create_namespaced_event("default", {
+        "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e1"},
+        "eventTime": "2026-01-01T00:00:00.000000Z", "reason": "PeerJoined", "type": "Normal", "action": "Join",
+        "note": "cluster b joined", "reportingController": "peering", "reportingInstance": "peering-0",
+        "regarding": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterPeer", "name": "b"}})
+    core = await client.CoreV1Api(api).read_namespaced_event("e1", "default")
+    assert core.message == "cluster b joined" and core.involved_object.name == "b"
+    assert core.reporting_component == "peering"
+    patched = await ev.patch_namespaced_event("e1", "default", {"note": "again", "deprecatedCount": 2},
+                                              _content_type="application/merge-patch+json")
+    assert patched.note == "again" and patched.deprecated_count == 2
+    assert (await client.CoreV1Api(api).read_namespaced_event("e1", "default")).count == 2
+    code, out, err = await lab.kubectl("get", "events", "-n", "default", "-o", "jsonpath={.items[*].message}")
+    assert code == 0 and out == "again", err
