@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import ssl
 
 import aiohttp
@@ -57,6 +58,10 @@ def forward_headers(incoming: "aiohttp.typedefs.LooseHeaders", client_ip: str, h
     out["X-Forwarded-Host"] = host
     out["X-Forwarded-Proto"] = "https"
     out["X-Forwarded-Port"] = str(port)
+    out["X-Scheme"] = "https"
+    # ingress-nginx gives every request an id unless the client brought one.
+    if not any(k.lower() == "x-request-id" for k in out):
+        out["X-Request-ID"] = secrets.token_hex(16)
     return out
 
 

@@ -47,6 +47,8 @@ def test_forward_headers_drop_hop_by_hop_and_forged_forwarding():
     assert out["X-Forwarded-Host"] == "peering.e.lab"
     assert "X-Secret-Hop" not in out and "Transfer-Encoding" not in out and "Connection" not in out
     assert out["Content-Type"] == "application/json" and out["Accept"] == "*/*"
+    assert len(out["X-Request-ID"]) == 32
+    assert forward_headers([("X-Request-ID", "abc")], "127.0.0.1", "h", 443)["X-Request-ID"] == "abc"
 
 
 @pytest.fixture
