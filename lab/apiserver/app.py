@@ -14,7 +14,6 @@ import ssl
 import tempfile
 from dataclasses import dataclass, field
 from typing import AsyncIterator
-from urllib.parse import urlsplit
 
 import yaml
 from aiohttp import web
@@ -25,7 +24,7 @@ from lab.apiserver.auth import rbac, reviews, sensitive
 from lab.apiserver.auth.authn import Authenticator
 from lab.apiserver.auth.tokens import ServiceAccountIssuer
 from lab.apiserver.auth.types import Attributes, UserInfo
-from lab.apiserver.crud import CRD_KEY, NAMESPACE_KEY, Objects
+from lab.apiserver.crud import CRD_KEY, Objects
 from lab.apiserver.gc import GarbageCollector
 from lab.apiserver.resources import Registry, ResourceInfo
 from lab.apiserver.selectors import field_predicate, label_predicate
@@ -45,6 +44,7 @@ _REVIEWS = {
     ("authentication.k8s.io", "tokenreviews"): reviews.token_review,
     ("authentication.k8s.io", "selfsubjectreviews"): reviews.self_subject_review,
     ("authorization.k8s.io", "subjectaccessreviews"): reviews.subject_access_review,
+    ("authorization.k8s.io", "localsubjectaccessreviews"): reviews.local_subject_access_review,
     ("authorization.k8s.io", "selfsubjectaccessreviews"): reviews.self_subject_access_review,
     ("authorization.k8s.io", "selfsubjectrulesreviews"): reviews.self_subject_rules_review,
 }
@@ -833,7 +833,3 @@ class ApiServer:
             self._watchers.discard(w)
             self.store.unwatch(res.key, w)
         return resp
-
-
-def server_url_host(url: str) -> str:
-    return urlsplit(url).hostname or ""

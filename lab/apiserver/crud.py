@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import secrets
 import uuid
 from datetime import datetime, timezone
@@ -381,8 +380,3 @@ class Objects:
         if not refs:
             del meta["ownerReferences"]
         self.store.put(info.key, dict(cur, metadata=meta), cur)
-
-
-def deep_copy(obj: dict) -> dict:
-    """For callers that must hand a stored object to code that may change it."""
-    return copy.deepcopy(obj)

@@ -295,7 +295,7 @@ def rule_problems_of_crd(schema: dict, path: str = "") -> list[str]:
         out += rule_problems_of_crd(sub, f"{path}.{k}" if path else k)
     for key in ("items", "additionalProperties"):
         if isinstance(schema.get(key), dict):
-            out += rule_problems_of_crd(schema[key], f"{path}[*]" if key == "items" else f"{path}[*]")
+            out += rule_problems_of_crd(schema[key], f"{path}[*]")
     return out
 
 

@@ -9,7 +9,7 @@ import pathlib
 import pytest
 import yaml
 
-from lab.apiserver import errors, patch, table, validation
+from lab.apiserver import errors, patch, table
 from lab.apiserver.crud import Objects
 from lab.apiserver.resources import Registry, resources_of_crd
 from lab.apiserver.auth.sensitive import sensitive_paths
