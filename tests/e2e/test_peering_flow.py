@@ -4,6 +4,9 @@ module", in the order an administrator meets it. The tests of this module share 
 from __future__ import annotations
 
 import asyncio
+import base64
+import datetime
+import json
 import ssl
 import time
 
@@ -11,6 +14,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from control import pki
 from control.rules.access import audience
 from lab.testing import lab_clusters
 from peering_lab import (API_VERSION, GROUP, clusterpeer, condition, connection_string, create_invite, create_join,
@@ -182,6 +186,58 @@ async def test_peer_down_is_unreachable_not_revoked_and_recovers(lab):
         await b.start_peering()
     await _active_ready(a, "to-b")
     await until_equal(lambda: (_project_peer(a, "to-b").get("status") or {}).get("state"), "Paired")
+
+
+def _secret_values(cluster, name: str) -> dict[str, str]:
+    secret = cluster.api.get("", "secrets", name, "d8-peering") or {}
+    return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+
+def _put_secret_values(cluster, name: str, values: dict[str, str]) -> None:
+    secret = cluster.api.get("", "secrets", name, "d8-peering")
+    secret["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
+    cluster.api.update(secret)
+
+
+async def test_client_certificate_is_renewed_before_expiry(lab):
+    """b's client certificate toward a is made old (issued by a's CA 25 of its 30 days ago, as if time passed):
+    b renews it over /peering/v1/certificate with a CSR for the same key, and the peering stays Ready."""
+    a, b = lab["a"], lab["b"]
+    await _active_ready(b, "to-a")
+    a_ca = _secret_values(a, "peering-ca")
+    b_values = _secret_values(b, "peer-to-a")
+    b_uuid = b.info()["uuid"]
+    past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=25)
+    old = pki.issue_client_cert(pki.CertAndKey(a_ca["tls.crt"], a_ca["tls.key"]),
+                                pki.csr_for_key(b_values["client.key"], b_uuid), b_uuid, now=past)
+    a_values = _secret_values(a, "peer-to-b")
+    _put_secret_values(a, "peer-to-b", {**a_values, "issued.crt": old})
+    _put_secret_values(b, "peer-to-a", {**b_values, "client.crt": old})
+    renewed = await until(lambda: (_secret_values(b, "peer-to-a").get("client.crt") or old) != old and
+                          _secret_values(b, "peer-to-a")["client.crt"], what="a renewed certificate", timeout=10)
+    assert not pki.needs_renewal(renewed, datetime.datetime.now(datetime.timezone.utc))
+    assert pki.public_key_fingerprint(renewed) == pki.public_key_fingerprint(old)
+    issued = _secret_values(a, "peer-to-b")["issued.crt"]
+    assert issued.startswith(renewed.strip()[:60]) and old.strip() in issued
+    await _active_ready(b, "to-a")
+
+
+async def test_provider_name_taken_by_someone_else_is_foreign_and_fails_ready(lab):
+    a, b = lab["a"], lab["b"]
+    a.api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "TokenExchangeProvider",
+                  "metadata": {"name": "peering-taken"},
+                  "spec": {"issuer": "https://elsewhere.example", "jwks": json.dumps(a.api.sa_issuer.jwks()),
+                           "usernamePrefix": "someone:",
+                           "audiences": []}})
+    create_invite(a, "taken")
+    text = await connection_string(a, "taken")
+    create_join(b, "taken", text)
+    await until_equal(lambda: (ready(clusterpeer(a, "taken")),
+                               condition(clusterpeer(a, "taken"), "TokenExchangeReady").get("reason")),
+                      (("Active", "False", "ForeignProvider"), "ForeignProvider"), timeout=20)
+    # The foreign object is left alone.
+    assert a.api.get("deckhouse.io", "tokenexchangeproviders", "peering-taken")["spec"]["usernamePrefix"] == "someone:"
+    await _active_ready(b, "taken")
 
 
 async def test_revocation_by_deleting_the_clusterpeer(lab):
