@@ -454,7 +454,7 @@ class ApiServer:
         res = self.registry.get(info.group, info.version, info.plural)
         if res is None:
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
-        if res.namespaced and info.plural != "namespaces" and info.namespace is None and info.name:
+        if res.namespaced and info.namespace is None and (info.name or info.verb == "create"):
             raise errors.ApiError(404, "NotFound", f"{info.plural} is namespaced: name the namespace in the path "
                                                    f"(/namespaces/<ns>/{info.plural}/{info.name})")
         if not res.namespaced and info.plural != "namespaces" and info.namespace is not None:

@@ -44,7 +44,7 @@ class Objects:
 
     # ------------------------------------------------------------ helpers
 
-    def _check_namespace(self, info: ResourceInfo, namespace: str | None, creating: bool) -> None:
+    def _check_namespace(self, info: ResourceInfo, namespace: str | None, creating: bool, name: str = "") -> None:
         if not info.namespaced:
             return
         if not namespace:
@@ -55,9 +55,9 @@ class Objects:
         if creating and ns["metadata"].get("deletionTimestamp"):
             raise errors.ApiError(
                 403, "Forbidden",
-                f'{info.plural} "{""}" is forbidden: unable to create new content in namespace {namespace} '
-                "because it is being terminated",
-                {"kind": info.plural, "group": info.group,
+                f'{errors.resource_label(info.group, info.plural)} "{name}" is forbidden: unable to create new '
+                f"content in namespace {namespace} because it is being terminated",
+                {"name": name, "kind": info.plural, "group": info.group,
                  "causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace",
                              "message": f"namespace {namespace} is being terminated"}]})
 
@@ -204,9 +204,9 @@ class Objects:
         obj = self._normalise(info, obj, namespace)
         meta = obj["metadata"]
         namespace = meta.get("namespace") if info.namespaced else None
-        self._check_namespace(info, namespace, creating=True)
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(5))
+        self._check_namespace(info, namespace, creating=True, name=meta.get("name") or "")
         for k in _SERVER_META + ("resourceVersion",):
             meta.pop(k, None)
         meta["uid"] = str(uuid.uuid4())

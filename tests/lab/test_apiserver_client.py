@@ -287,7 +287,9 @@ async def test_namespace_deletion_removes_its_contents(lab, api):
     assert ns.status.phase == "Terminating"
     with pytest.raises(ApiException) as exc:
         await v1.create_namespaced_config_map("doomed", {"metadata": {"name": "late"}})
-    assert exc.value.status == 403 and "being terminated" in json.loads(exc.value.body)["message"]
+    assert exc.value.status == 403 and json.loads(exc.value.body)["message"] == (
+        'configmaps "late" is forbidden: unable to create new content in namespace doomed because it is being '
+        "terminated")
     await until(lambda: lab.server.get("", "secrets", "s", "doomed") is None)
     await v1.patch_namespaced_config_map("held", "doomed", {"metadata": {"finalizers": None}})
     await until(lambda: lab.server.get("", "namespaces", "doomed") is None)
