@@ -117,8 +117,11 @@ class LeaderElector:
         while True:
             try:
                 # A hung API server must not keep a leader from noticing that its renew deadline passed.
-                state = await asyncio.wait_for(self._try(), timeout=max(period, self.settings.renew_deadline / 2))
-            except asyncio.TimeoutError:
+                # (asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that races with
+                # the inner call finishing, and this task would then never stop.)
+                async with asyncio.timeout(max(period, self.settings.renew_deadline / 2)):
+                    state = await self._try()
+            except TimeoutError:
                 log.warning("lease attempt timed out", extra={"lease": self.settings.name})
                 state = "error"
             now = time.monotonic()

@@ -38,10 +38,10 @@ async def test_peering_run_serves_readyz_and_stops_on_sigterm(api, tmp_path):
             await eventually(ready, timeout=30, what="/readyz 200")
             async with http.get(f"http://127.0.0.1:{ports['ops']}/healthz") as resp:
                 assert resp.status == 200
-            # The join listener answers, and with no join handler registered yet, says so.
+            # The join listener is wired to the control loop's handlers: a refusal comes back as a Status.
             async with http.post(f"http://127.0.0.1:{ports['join']}/v1/join", json={"token": "x"}) as resp:
                 body = await resp.json()
-                assert resp.status == 503 and body["reason"] == "NotReady", body
+                assert resp.status >= 400 and body["kind"] == "Status" and body["reason"], body
 
         lease = server.get("coordination.k8s.io", "leases", "peering", NAMESPACE)
         assert lease["spec"]["holderIdentity"] == "replica-1"
