@@ -224,6 +224,10 @@ class ApiServer:
         self.authorizer = rbac.Authorizer(self.list_objects)
         self.auth_cache = AuthCache()
         self.store.listeners.append(self._forget_authentications)
+        # RBAC decisions are a pure function of the user, the request and the RBAC objects: kept until any RBAC
+        # object changes, so a benchmark's repeated requests do not re-evaluate every binding each time.
+        self._decisions: dict[tuple, object] = {}
+        self.store.listeners.append(self._forget_decisions)
         self._apply_previous: dict[tuple, dict] = {}   # (key, ns, name, manager) -> last applied config
         self._runner: web.AppRunner | None = None
         self._watchers: set = set()
@@ -366,6 +370,21 @@ class ApiServer:
         if key == ("", "serviceaccounts") and ev.type != "ADDED":
             self.auth_cache.clear()
 
+    def _forget_decisions(self, key, ev) -> None:
+        if key[0] == "rbac.authorization.k8s.io":
+            self._decisions.clear()
+
+    def authorize(self, user: UserInfo, attrs: Attributes):
+        """The RBAC decision for a request, from the cache while no RBAC object changed."""
+        key = (user.username, user.groups, attrs)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self.authorizer.authorize(user, attrs)
+            if len(self._decisions) >= 10000:
+                self._decisions.clear()
+            self._decisions[key] = decision
+        return decision
+
     async def _authenticate(self, request: web.Request) -> UserInfo | None:
         der = None
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
@@ -393,7 +412,7 @@ class ApiServer:
         # issuer the way Deckhouse does, with anonymous access to it); everything else goes through RBAC.
         public = not info.resource_request and (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES))
         if not public:
-            decision = self.authorizer.authorize(user, attrs)
+            decision = self.authorize(user, attrs)
             if not decision.allowed:
                 raise rbac.forbidden(user, attrs, "")
         _check_accept(request.headers.get("Accept", ""))
@@ -469,7 +488,7 @@ class ApiServer:
 
     def _masker(self, res: ResourceInfo, user: UserInfo, attrs: Attributes):
         """A function presenting objects to this user: version and sensitive-field masking."""
-        must_mask = bool(res.sensitive_paths) and not self.authorizer.authorize(
+        must_mask = bool(res.sensitive_paths) and not self.authorize(
             user, sensitive.sensitive_attributes(attrs)).allowed
         paths = list(res.sensitive_paths)
         api_version = res.group_version

@@ -438,3 +438,19 @@ async def test_events_of_both_apis_are_one_store(lab, api):
     assert (await client.CoreV1Api(api).read_namespaced_event("e1", "default")).count == 2
     code, out, err = await lab.kubectl("get", "events", "-n", "default", "-o", "jsonpath={.items[*].message}")
     assert code == 0 and out == "again", err
+
+
+async def test_access_ends_as_soon_as_the_binding_goes(lab, api):
+    rbac = client.RbacAuthorizationV1Api(api)
+    await rbac.create_namespaced_role_binding("default", {
+        "metadata": {"name": "carol-view"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "User", "name": "carol", "apiGroup": "rbac.authorization.k8s.io"}]})
+    async with await lab.client(lab.user_kubeconfig("carol")) as carol_api:
+        v1 = client.CoreV1Api(carol_api)
+        for _ in range(3):   # repeated requests are answered from the decision cache
+            await v1.list_namespaced_config_map("default")
+        await rbac.delete_namespaced_role_binding("carol-view", "default")
+        with pytest.raises(ApiException) as exc:
+            await v1.list_namespaced_config_map("default")
+        assert exc.value.status == 403
