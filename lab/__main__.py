@@ -109,6 +109,12 @@ def cmd_up(args: argparse.Namespace) -> int:
             break
         if time.monotonic() > deadline:
             proc.terminate()
+            try:
+                proc.wait(timeout=DOWN_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            _pid_file(d).unlink(missing_ok=True)
             print(f"the lab was not ready within {args.timeout:.0f}s; stopped it. {d / 'lab.log'}:\n"
                   f"{_tail(d / 'lab.log')}", file=sys.stderr)
             return 1

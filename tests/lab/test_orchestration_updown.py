@@ -166,3 +166,27 @@ def test_user_authn_follows_kubectl_and_its_lab_annotations(shared_lab):
     provider["metadata"]["annotations"]["lab.deckhouse.io/delay-seconds"] = "0"
     apply(provider)
     assert reason_becomes("ProviderReady") == "ProviderReady"
+
+
+def test_up_that_times_out_leaves_nothing_running(tmp_path):
+    slow = subprocess.run([sys.executable, "-m", "lab", "up", "--clusters", "a", "--dir", str(tmp_path),
+                           "--no-peering", "--timeout", "0.01"], capture_output=True, text=True, cwd=str(ROOT),
+                          timeout=120)
+    assert slow.returncode == 1 and "not ready within" in slow.stderr
+    assert not (tmp_path / "lab.pid").exists()
+    assert _processes_serving(tmp_path) == []
+
+
+def _processes_serving(d: pathlib.Path) -> list[int]:
+    """Live `python -m lab serve` processes for directory `d`."""
+    found = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in args and str(d).encode() in args and _alive(int(proc.name)):
+            found.append(int(proc.name))
+    return found
