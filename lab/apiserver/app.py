@@ -342,6 +342,8 @@ class ApiServer:
         try:
             while True:
                 item = await w.queue.get()
+                if self._stopping:
+                    return   # the server stops: the stream ends, as a connection closed by kube-apiserver
                 if item is None or w.overflowed:
                     raise errors.gone("the watch fell too far behind and was closed; list again and watch from "
                                       "the new resourceVersion")

@@ -454,3 +454,27 @@ async def test_access_ends_as_soon_as_the_binding_goes(lab, api):
         with pytest.raises(ApiException) as exc:
             await v1.list_namespaced_config_map("default")
         assert exc.value.status == 403
+
+
+async def test_in_process_access_validates_watches_and_ends_on_stop(lab):
+    server = lab.server
+    events = []
+
+    async def consume():
+        async for kind, obj in server.watch("", "configmaps", "default"):
+            events.append((kind, obj["metadata"]["name"]))
+
+    task = asyncio.get_running_loop().create_task(consume())
+    await until(lambda: server._watchers)   # the watch is registered once the task has started
+    made = server.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ip", "namespace": "default"}})
+    made["data"] = {"a": "b"}
+    server.update(made)
+    with pytest.raises(Exception) as exc:
+        server.update(made)   # the resourceVersion it carries is now stale
+    assert getattr(exc.value, "code", None) == 409
+    assert [o["metadata"]["name"] for o in server.list("", "configmaps", "default")] == ["ip"]
+    server.delete("", "configmaps", "ip", "default")
+    await until(lambda: len(events) == 3)
+    assert events == [("ADDED", "ip"), ("MODIFIED", "ip"), ("DELETED", "ip")]
+    await server.stop()
+    await asyncio.wait_for(task, 5)
