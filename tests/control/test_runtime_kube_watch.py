@@ -158,3 +158,51 @@ async def test_informers_share_one_watch_per_selection(kube):
         assert informers.synced and late.synced.is_set()
     finally:
         await informers.stop()
+
+
+async def test_forbidden_and_unauthorized_are_typed(api, tmp_path):
+    from lab.apiserver.testing import issue_client_cert, write_kubeconfig
+
+    server, _ = api
+    cert, key = issue_client_cert(server, "alice", ["team"])
+    path = write_kubeconfig(tmp_path / "alice", server.url, server.test_ca.cert_pem.bytes(), cert, key)
+    async with await k.KubeSession.connect(str(path)) as alice:
+        with pytest.raises(k.Forbidden) as err:
+            await alice.list(k.SECRETS, NAMESPACE)
+        assert err.value.code == 403 and "alice" in err.value.message
+    path = write_kubeconfig(tmp_path / "anon", server.url, server.test_ca.cert_pem.bytes(), token="not-a-token")
+    async with await k.KubeSession.connect(str(path)) as anon:
+        assert anon.bearer_token() == "not-a-token"
+        with pytest.raises(k.Unauthorized):
+            await anon.get(k.SECRETS, "x", NAMESPACE)
+
+
+async def test_bookmarks_keep_a_quiet_watch_resumable(tmp_path):
+    # History holds 5 changes; 20 changes elsewhere pass while this selection stays quiet. Bookmarks move the
+    # informer's resourceVersion along, so resuming after that needs no relist.
+    server, kubeconfig = await start_api(tmp_path, history=5, bookmark_interval=0.05)
+    try:
+        async with await k.KubeSession.connect(str(kubeconfig)) as session:
+            informer = Informer(session, k.CONFIGMAPS, namespace=NAMESPACE)
+            informer.start()
+            try:
+                await eventually(informer.synced.is_set, what="first list")
+                listed_at = int(informer.resource_version)
+                for i in range(20):
+                    server.create({"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": f"elsewhere{i}", "namespace": "default"}})
+                latest = int(server.get("", "configmaps", "elsewhere19", "default")["metadata"]["resourceVersion"])
+                await eventually(lambda: int(informer.resource_version) >= latest, what="a bookmark")
+                assert int(informer.resource_version) > listed_at
+            finally:
+                await informer.stop()
+            # Restarted, it resumes from the bookmark: the server still has that point in its history.
+            server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm("later")})
+            informer.start()
+            try:
+                await eventually(lambda: informer.get("later", NAMESPACE) is not None, what="the new object")
+                assert informer.lists == 1
+            finally:
+                await informer.stop()
+    finally:
+        await server.stop()

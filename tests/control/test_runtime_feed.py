@@ -1,0 +1,64 @@
+"""The registry feed against the emulated API server: bursts are coalesced into few snapshots, a change that does
+not alter the snapshot publishes nothing, and each snapshot carries the next generation."""
+
+from __future__ import annotations
+
+import asyncio
+
+from control.feed import Feed
+from control.watch import Informers
+from tests.control.conftest import NAMESPACE, eventually
+
+
+class Recorder:
+    def __init__(self):
+        self.registries = []
+        self.reloads = 0
+
+    async def publish(self, registry):
+        self.registries.append(registry)
+
+    def reload_certificates(self, **pems):
+        self.reloads += 1
+
+
+def capability(name, version="v1"):
+    return {"apiVersion": "peering.deckhouse.io/v1alpha1", "kind": "PeeringCapability", "metadata": {"name": name},
+            "spec": {"version": version, "consumers": [{"kind": "ServiceAccount", "namespace": "m", "name": "c"}],
+                     "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}}
+
+
+async def test_bursts_are_coalesced_and_no_op_changes_publish_nothing(api, kube):
+    server, _ = api
+    informers = Informers(kube)
+    sink = Recorder()
+    feed = Feed(informers, sink, NAMESPACE, coalesce=0.2)
+    informers.start()
+    feed.start()
+    try:
+        await asyncio.wait_for(feed.ready.wait(), 10)
+        assert len(sink.registries) == 1 and sink.registries[0].generation == 1 and not sink.reloads
+        for i in range(30):
+            server.create(capability(f"cap{i}"))
+            await asyncio.sleep(0)  # let the watch deliver between writes: a real burst, not one batch
+        await eventually(lambda: len(sink.registries[-1].capabilities) == 30, what="all 30 capabilities")
+        assert len(sink.registries) <= 4, f"{len(sink.registries)} snapshots for one burst"
+        generations = [r.generation for r in sink.registries]
+        assert generations == list(range(1, len(generations) + 1))
+
+        # A label on a capability changes its object but not the snapshot: nothing is published.
+        published = len(sink.registries)
+        obj = server.get("peering.deckhouse.io", "peeringcapabilities", "cap0")
+        obj["metadata"]["labels"] = {"x": "y"}
+        server.update(obj)
+        await eventually(lambda: feed.capabilities.get("cap0")["metadata"].get("labels") == {"x": "y"},
+                         what="the label in the cache")
+        await feed.publish_once()
+        assert len(sink.registries) == published
+        server.create(capability("marker", version="v2"))
+        await eventually(lambda: "marker" in sink.registries[-1].capabilities, what="the marker")
+        assert len(sink.registries) == published + 1
+        assert sink.registries[-1].capabilities["marker"].version == "v2"
+    finally:
+        await feed.stop()
+        await informers.stop()
