@@ -342,7 +342,7 @@ class UserAuthn:
                 # A conflict means a newer version exists; its watch event brings us back.
                 if getattr(e, "code", None) != 409:
                     raise
-        log.info("user-authn: provider %s: %s %s", name, outcome.reason, outcome.message)
+            log.info("user-authn: provider %s: %s %s", name, outcome.reason, outcome.message)
         return outcome
 
     async def discover(self, issuer: str) -> tuple[dict | None, str]:
