@@ -19,6 +19,8 @@ import os
 import tempfile
 from typing import Awaitable, Callable, Sequence
 
+import prometheus_client
+
 from gateway.config import GatewayConfig
 from gateway.protocol import PEER_OPS, JoinCall, PeerCall, ProtocolError
 from gateway.resolve import OverrideResolver
@@ -205,6 +207,23 @@ def write_ports_file(path: str, ports: dict[str, int]) -> None:
 
 
 
+class _Forwarded:
+    """A collector that serves another registry's metrics (the control loop's, kept in prometheus_client's default
+    registry) from the gateway's own, so that one /metrics shows both."""
+
+    def __init__(self, source: prometheus_client.CollectorRegistry) -> None:
+        self.source = source
+
+    def collect(self):
+        return self.source.collect()
+
+
+def expose_control_metrics(gateway: object) -> None:
+    registry = getattr(getattr(gateway, "metrics", None), "registry", None)
+    if registry is not None and registry is not prometheus_client.REGISTRY:
+        registry.register(_Forwarded(prometheus_client.REGISTRY))
+
+
 def gateway_config(settings: Settings, kube: KubeSession, dex: DexClient) -> GatewayConfig:
     """The gateway's part of the settings, with the API credentials of the process's one session."""
     creds = kube.credentials()
@@ -251,6 +270,7 @@ async def run_process(settings: Settings, stop: asyncio.Event) -> None:
                         "and the process restarts",
                         extra={"object": f"{settings.kube.namespace}/{settings.dex.client_secret_name}"})
         gateway = Gateway(gateway_config(settings, kube, dex), handlers)
+        expose_control_metrics(gateway)
         runtime = Runtime(settings, kube, gateway, handlers=handlers)
         try:
             await runtime.start()

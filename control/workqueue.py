@@ -35,11 +35,18 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
+import prometheus_client
+
 if TYPE_CHECKING:
     from control.kube import Resource
     from control.watch import Informers
 
 log = logging.getLogger("peering.control.workqueue")
+
+RECONCILES = prometheus_client.Counter("peering_reconciles", "Reconciles run, by reconciler and outcome",
+                                       ["reconciler", "outcome"])
+RECONCILE_SECONDS = prometheus_client.Histogram("peering_reconcile_seconds", "Time one reconcile took",
+                                                ["reconciler"])
 
 
 def key_of(obj: dict) -> str:
@@ -287,16 +294,21 @@ class Runner:
     async def _reconcile_one(self, queue: WorkQueue, key: str) -> None:
         name = self.reconciler.name
         self.reconciles += 1
+        started = time.perf_counter()
         try:
             result = await self.reconciler.reconcile(key)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self.failures += 1
+            RECONCILES.labels(name, "error").inc()
+            RECONCILE_SECONDS.labels(name).observe(time.perf_counter() - started)
             delay = queue.add_rate_limited(key)
             log.warning("reconcile failed", extra={"reconciler": name, "key": key, "retry_in": round(delay, 3),
                                                    "error": f"{type(exc).__name__}: {exc}"})
             return
+        RECONCILES.labels(name, "ok").inc()
+        RECONCILE_SECONDS.labels(name).observe(time.perf_counter() - started)
         if result is None:
             result = Result()
         if result.requeue:

@@ -38,6 +38,12 @@ async def test_peering_run_serves_readyz_and_stops_on_sigterm(api, tmp_path):
             await eventually(ready, timeout=30, what="/readyz 200")
             async with http.get(f"http://127.0.0.1:{ports['ops']}/healthz") as resp:
                 assert resp.status == 200
+            # The control loop's metrics are served next to the gateway's.
+            async with http.get(f"http://127.0.0.1:{ports['ops']}/metrics") as resp:
+                metrics = await resp.text()
+                assert 'peering_api_writes_total{resource="leases",verb="POST"} 1.0' in metrics, metrics[-2000:]
+                assert 'peering_reconciles_total{outcome="ok",reconciler="certificates"}' in metrics
+                assert "peering_gateway_requests_total" in metrics
             # The join listener is wired to the control loop's handlers: a refusal comes back as a Status.
             async with http.post(f"http://127.0.0.1:{ports['join']}/v1/join", json={"token": "x"}) as resp:
                 body = await resp.json()
