@@ -188,6 +188,19 @@ async def test_peer_down_is_unreachable_not_revoked_and_recovers(lab):
     await until_equal(lambda: (_project_peer(a, "to-b").get("status") or {}).get("state"), "Paired")
 
 
+async def test_a_pair_goes_when_a_side_loses_the_project_and_comes_back_with_it(lab):
+    a, b = lab["a"], lab["b"]
+    b.api.delete("deckhouse.io", "projects", PROJECT)
+    await until(lambda: a.api.get(GROUP, "projectpeers", "to-b", PROJECT) is None, what="a's ProjectPeer gone")
+    await until_equal(lambda: _status(a, "to-b").get("pairedProjectsCount"), 0)
+    await until_equal(lambda: _status(a, "to-b").get("grants"), [{"capability": CAP, "namespaces": []}])
+    assert a.api.get("rbac.authorization.k8s.io", "roles", f"d8:peering:to-b:{CAP}", PROJECT) is None
+    b.api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "Project", "metadata": {"name": PROJECT}})
+    await until_equal(lambda: (_project_peer(a, "to-b").get("status") or {}).get("state"), "Paired")
+    await until_equal(lambda: _status(a, "to-b").get("grants"),
+                      [{"capability": CAP, "namespaces": [PROJECT, "shop-eu"]}])
+
+
 def _secret_values(cluster, name: str) -> dict[str, str]:
     secret = cluster.api.get("", "secrets", name, "d8-peering") or {}
     return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
