@@ -82,6 +82,18 @@ def pss_kib(pid: int) -> int:
     return total
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its descendants so far."""
+    total = 0
+    for p in [pid, *descendants(pid)]:
+        try:
+            fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def descendants(pid: int) -> list[int]:
     out, frontier = [], [pid]
     while frontier:
@@ -276,20 +288,26 @@ def driver_body(f: dict, port: int, target_port: int, upstream_port: int) -> str
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 
 
-def wrk(url: str, *, connections: int, seconds: float, delay_ms: int = 0, d: pathlib.Path) -> dict:
+def wrk(url: str, *, connections: int, seconds: float, delay_ms: int = 0, d: pathlib.Path,
+        pid: int | None = None) -> dict:
     script = d / f"wrk-{delay_ms}.lua"
     script.write_text(f"function delay() return {delay_ms} end\n" if delay_ms else "")
     cmd = [WRK, "-t", "1", "-c", str(connections), "-d", f"{seconds}s", "--latency", "--timeout", "10s"]
     if delay_ms:
         cmd += ["-s", str(script)]
+    cpu0 = cpu_seconds(pid) if pid else 0.0
     out = subprocess.run([*cmd, url], capture_output=True, text=True, timeout=seconds + 60).stdout
+    cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
     lat = {}
     for pct, value, unit in re.findall(r"^\s+(\d+)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M):
         lat[f"p{pct}"] = float(value) * _UNITS[unit]
     errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     socket_errors = re.search(r"Socket errors:.*", out)
     return {"rps": rps, "latency_ms": lat, "non2xx": int(errors.group(1)) if errors else 0,
+            # CPU the target spent per request: what contention on a shared machine does not blur.
+            "target_cpu_us_per_request": round(cpu * 1e6 / max(total, 1), 1) if pid else None,
             "socket_errors": socket_errors.group(0) if socket_errors else ""}
 
 

@@ -18,12 +18,13 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.client_exceptions import ClientPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from yarl import URL
 
 from gateway.config import GatewayConfig
 from gateway.exchange import DexClient, ExchangeCache
-from gateway.headers import bearer, refuse_request, response_headers, upstream_headers
+from gateway.headers import bearer, check_request, forwarded_headers, request_head, response_headers
 from gateway.http import JSON, HTTPProtocol, HTTPServer, status_response
 from gateway.metrics import Metrics
 from gateway.protocol import PEER_OPS, ControlHandlers, JoinCall, PeerCall, ProtocolError
@@ -31,6 +32,7 @@ from gateway.registry import Peer, Registry
 from gateway.resolve import OverrideResolver
 from gateway.status import Refusal
 from gateway.tls import TLSAcceptor, client_context, peer_fingerprint, server_context
+from gateway.upstream import UpstreamError, UpstreamPool
 from gateway.tokens import SA_PREFIX, KeySets, VerifiedToken, audience, unverified_expiry, verify_peer_token
 
 access_log = logging.getLogger("gateway.access")
@@ -67,8 +69,9 @@ class Gateway:
         self._acceptors: list[TLSAcceptor] = []
         self._api_session: aiohttp.ClientSession | None = None
         self._dex_session: aiohttp.ClientSession | None = None
-        self._peer_sessions: dict[str, tuple[bytes, aiohttp.ClientSession]] = {}
-        self._retired_sessions: list[aiohttp.ClientSession] = []
+        self._peer_pools: dict[str, tuple[bytes, UpstreamPool]] = {}
+        self._retired_pools: list[UpstreamPool] = []
+        self._api_pool: UpstreamPool | None = None
         self._resolver: OverrideResolver | None = None
         self._exchange: ExchangeCache | None = None
         self._reviews: ExchangeCache | None = None
@@ -98,7 +101,11 @@ class Gateway:
                 raise
             self.entrance_port, self.egress_port = self._pool.entrance_port, self._pool.egress_port
         self._resolver = OverrideResolver(cfg.resolve)
-        self._api_session = self._session(client_context(cfg.api_ca_pem), limits.upstream_pool_size)
+        self._api_session = self._session(client_context(cfg.api_ca_pem), 16)
+        self._api_pool = UpstreamPool(URL(cfg.api_server).raw_authority, client_context(cfg.api_ca_pem),
+                                      self._resolver, connect_timeout=limits.upstream_connect_timeout,
+                                      idle_timeout=limits.idle_timeout, max_idle=limits.upstream_pool_size)
+        self._api_prefix = URL(cfg.api_server).raw_path.rstrip("/")
         self._dex_session = self._session(client_context(cfg.dex_ca_pem), 64, skip=("User-Agent",))
         dex = DexClient(self._dex_session, cfg.token_endpoint, cfg.dex_client_id, cfg.dex_client_secret,
                         cfg.dex_audience, limits.exchange_timeout, self._observe_dex)
@@ -174,13 +181,14 @@ class Gateway:
         for cache in (self._exchange, self._reviews):
             if cache is not None:
                 await cache.close()
-        sessions = [self._api_session, self._dex_session, *(s for _, s in self._peer_sessions.values()),
-                    *self._retired_sessions]
-        for session in sessions:
+        for session in (self._api_session, self._dex_session):
             if session is not None:
                 await session.close()
-        self._peer_sessions.clear()
-        self._retired_sessions.clear()
+        for pool in (self._api_pool, *(p for _, p in self._peer_pools.values()), *self._retired_pools):
+            if pool is not None:
+                await pool.close()
+        self._peer_pools.clear()
+        self._retired_pools.clear()
         if self._resolver is not None:
             await self._resolver.close()
         # Let handler tasks that the aborts above cancelled run to their end.
@@ -272,7 +280,7 @@ class Gateway:
                 resp = await self._peer_call(request, peer, path)
                 code = resp.status
                 return resp
-            refuse_request(request.headers.items())
+            check_request(request.raw_headers)
             token = bearer(request.headers.get("Authorization"), self.config.limits.max_token_bytes)
             token_hash = hashlib.sha256(token.encode()).digest()
             verified = self._verified.get(token_hash)
@@ -295,8 +303,8 @@ class Gateway:
                 exchanged = await self._exchange.get(peer.connector_id, token_hash, token, not_after=not_after)
             else:
                 metrics.exchange_hits.inc()
-            resp = await self._proxy(request, "entrance", peer_name, self._api_session, self._api_base + path,
-                                     "Bearer " + exchanged)
+            resp = await self._proxy(request, "entrance", peer_name, self._api_pool, self._api_prefix + path,
+                                     b"Bearer " + exchanged.encode())
             code = resp.status
             return resp
         except Refusal as refusal:
@@ -342,13 +350,12 @@ class Gateway:
             if not peer.entrance or not peer.peer_ca_pem or not peer.client_cert_pem or not peer.client_key_pem:
                 raise Refusal(503, "PeerNotConnected", f"the peering {peer.name} has no credentials toward the "
                               "peer yet; wait until its phase is Active")
-            refuse_request(request.headers.items())
+            check_request(request.raw_headers)
             token = bearer(request.headers.get("Authorization"), self.config.limits.max_token_bytes)
             allowed = await self._review(token, peer, registry)
             caps = ",".join(sorted(allowed))
-            session = self._peer_session(peer)
-            resp = await self._proxy(request, "egress", peer_name, session, f"https://{peer.entrance}/{rest}",
-                                     "Bearer " + token)
+            pool = self._peer_pool(peer)
+            resp = await self._proxy(request, "egress", peer_name, pool, "/" + rest, b"Bearer " + token.encode())
             code = resp.status
             return resp
         except Refusal as refusal:
@@ -417,10 +424,10 @@ class Gateway:
                           f"effective for peering {peer.name}; add it to spec.consumers of the PeeringCapability")
         return ",".join(allowed), self.config.limits.token_review_ttl
 
-    def _peer_session(self, peer: Peer) -> aiohttp.ClientSession:
+    def _peer_pool(self, peer: Peer) -> UpstreamPool:
         ident = hashlib.sha256(b"\0".join([peer.peer_ca_pem or b"", peer.client_cert_pem or b"",
-                                           peer.client_key_pem or b""])).digest()
-        entry = self._peer_sessions.get(peer.name)
+                                           peer.client_key_pem or b"", (peer.entrance or "").encode()])).digest()
+        entry = self._peer_pools.get(peer.name)
         if entry is not None and entry[0] == ident:
             return entry[1]
         try:
@@ -428,74 +435,78 @@ class Gateway:
         except (ValueError, ssl.SSLError):
             raise Refusal(503, "PeerCredentialsInvalid", f"the credentials of peering {peer.name} do not load; "
                           f"check the Secret peer-{peer.name}") from None
-        session = self._session(ctx, self.config.limits.upstream_pool_size)
+        limits = self.config.limits
+        assert self._resolver is not None and peer.entrance
+        pool = UpstreamPool(peer.entrance, ctx, self._resolver, connect_timeout=limits.upstream_connect_timeout,
+                            idle_timeout=limits.idle_timeout, max_idle=limits.upstream_pool_size)
         if entry is not None:
-            # In-flight requests (watches) keep the old session until the gateway stops.
-            self._retired_sessions.append(entry[1])
-        self._peer_sessions[peer.name] = (ident, session)
-        return session
+            # In-flight requests (watches) keep the old pool's connections until they end or the gateway stops.
+            self._retired_pools.append(entry[1])
+        self._peer_pools[peer.name] = (ident, pool)
+        return pool
 
     # ----- the proxy -----------------------------------------------------------------------------------------
-    async def _proxy(self, request: web.BaseRequest, listener: str, peer: str, session: aiohttp.ClientSession | None,
-                     url: str, authorization: str) -> web.StreamResponse:
-        assert session is not None
+    async def _proxy(self, request: web.BaseRequest, listener: str, peer: str, pool: UpstreamPool, target: str,
+                     authorization: bytes) -> web.StreamResponse:
         limits = self.config.limits
-        headers = upstream_headers(request.headers.items(), authorization)
         length = request.content_length
-        data = None
         if length is not None and length > limits.max_body_bytes:
             raise Refusal(413, "RequestEntityTooLarge", f"the request body is larger than {limits.max_body_bytes} "
                           "bytes")
+        body = None
+        chunked = False
         if request.body_exists:
-            data = _bounded_body(request, limits.max_body_bytes)
-            if length is not None:
-                headers.append(("Content-Length", str(length)))
+            body = _bounded_body(request, limits.max_body_bytes)
+            chunked = length is None
+        head = request_head(request.method, target, pool.authority, forwarded_headers(request.raw_headers),
+                            authorization, length, chunked)
         is_watch = _is_watch(request.query_string)
-        try:
-            upstream_cm = session.request(request.method, URL(url, encoded=True), headers=headers, data=data,
-                                          allow_redirects=False, compress=False, chunked=None if length is not None
-                                          or data is None else True)
-            upstream = await upstream_cm.__aenter__()
-        except _BodyTooLarge:
-            raise Refusal(413, "RequestEntityTooLarge", f"the request body is larger than {limits.max_body_bytes} "
-                          "bytes") from None
-        except aiohttp.ClientConnectorError as exc:
-            self.metrics.upstream_errors.labels(listener, "connect").inc()
-            raise Refusal(503, "UpstreamUnavailable", f"the upstream API server cannot be reached "
-                          f"({exc.os_error.__class__.__name__}); retry later") from None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            self.metrics.upstream_errors.labels(listener, "request").inc()
-            raise Refusal(502, "UpstreamFailed", f"the upstream API server failed the request "
-                          f"({type(exc).__name__}); retry") from None
-        try:
-            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for name, value in response_headers(upstream.headers.items()):
+        result: list[web.StreamResponse] = []
+
+        async def relay(message: Any, payload: Any) -> None:
+            resp = web.StreamResponse(status=message.code, reason=message.reason)
+            for name, value in response_headers(message.headers.items()):
                 resp.headers.add(name, value)
-            if upstream.content_length is not None and "Content-Length" in upstream.headers:
-                resp.content_length = upstream.content_length
+            if "Content-Length" in message.headers and not message.chunked:
+                resp.content_length = int(message.headers["Content-Length"])
+            result.append(resp)
             await resp.prepare(request)
             if is_watch:
                 self.metrics.watches.labels(listener, peer).inc()
             try:
-                content = upstream.content
                 while True:
-                    chunk = await content.readany()
+                    chunk = await payload.readany()
                     if not chunk:
                         break
                     await resp.write(chunk)
                 await resp.write_eof()
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except ClientPayloadError as exc:
                 # Headers are out: the only honest signal left is to cut the client's connection.
                 self.metrics.upstream_errors.labels(listener, "stream").inc()
                 if request.transport is not None:
                     request.transport.abort()
-                log.info("upstream stream of %s ended early: %s", listener, type(exc).__name__)
+                log.info("upstream stream of %s ended early: %r", listener, exc)
             finally:
                 if is_watch:
                     self.metrics.watches.labels(listener, peer).dec()
-            return resp
-        finally:
-            await upstream_cm.__aexit__(None, None, None)
+
+        try:
+            await pool.request(head, body, head_only=request.method == "HEAD", chunked=chunked, on_response=relay)
+        except _BodyTooLarge:
+            raise Refusal(413, "RequestEntityTooLarge", f"the request body is larger than {limits.max_body_bytes} "
+                          "bytes") from None
+        except UpstreamError as err:
+            if result:
+                if request.transport is not None:
+                    request.transport.abort()
+                return result[0]
+            self.metrics.upstream_errors.labels(listener, err.kind).inc()
+            if err.kind == "connect":
+                raise Refusal(503, "UpstreamUnavailable", f"the upstream API server cannot be reached "
+                              f"({err.detail}); retry later") from None
+            raise Refusal(502, "UpstreamFailed", f"the upstream API server failed the request ({err.detail}); "
+                          "retry") from None
+        return result[0]
 
     # ----- join and ops --------------------------------------------------------------------------------------
     async def _join(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -561,7 +572,7 @@ class Gateway:
                                         "ms": round(elapsed * 1000, 3)}, separators=(",", ":")))
 
 
-class _BodyTooLarge(aiohttp.ClientError):
+class _BodyTooLarge(Exception):
     pass
 
 

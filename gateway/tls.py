@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import socket
 import ssl
 import tempfile
 from typing import Any, Callable
@@ -150,6 +151,13 @@ class TLSAcceptor:
             return
         self.open += 1
         self._raw.add(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            # Small TLS records (a response head, then its body) must not wait for delayed ACKs.
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
         # What loop.start_tls does, but synchronously inside connection_made: uvloop starts reading right after
         # connection_made returns (pause_reading there is ignored), so a ClientHello arriving before a start_tls
         # task ran would be lost. No task per handshake either: the waiter's callback finishes the job.

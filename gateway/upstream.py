@@ -1,0 +1,245 @@
+"""A lean HTTP/1.1 client for the proxy's hot path: pooled TLS connections to one upstream.
+
+aiohttp's ClientSession costs about as much CPU per request as everything else the gateway does together
+(URL objects, header multidicts, timers, traces, cookie handling). A proxy needs none of that: it writes the head
+it already has, lets aiohttp's C parser (llhttp) read the response, and streams the body. Dex and TokenReview,
+which are not per request, keep using ClientSession.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.client_exceptions import ClientPayloadError
+from aiohttp.http_parser import HttpResponseParser, RawResponseMessage
+from aiohttp.streams import StreamReader
+
+from gateway.resolve import OverrideResolver
+
+_READ_LIMIT = 2 ** 16
+
+
+class UpstreamError(Exception):
+    """The upstream could not be reached (`connect`) or failed the exchange (`request`)."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+class _Connection(BaseProtocol):
+    """One TLS connection, one request at a time. Parsing is llhttp's; framing decides reuse."""
+
+    __slots__ = ("pool", "waiter", "payload", "message", "last_read", "broken", "_idle_handle")
+
+    def __init__(self, pool: "UpstreamPool") -> None:
+        super().__init__(pool.loop)
+        self.pool = pool
+        self.waiter: asyncio.Future | None = None
+        self.payload: StreamReader | None = None
+        self.message: RawResponseMessage | None = None
+        self.last_read = pool.loop.time()
+        self.broken = False
+        self._idle_handle: asyncio.TimerHandle | None = None
+
+    # --- request ---
+    def begin(self, head_only: bool) -> asyncio.Future:
+        self._parser = HttpResponseParser(self, self.pool.loop, _READ_LIMIT, payload_exception=ClientPayloadError,
+                                         response_with_body=not head_only, read_until_eof=True,
+                                         auto_decompress=False, max_line_size=self.pool.max_line,
+                                         max_field_size=self.pool.max_line, max_headers=self.pool.max_headers)
+        self.waiter = self.pool.loop.create_future()
+        self.payload = None
+        self.message = None
+        self.last_read = self.pool.loop.time()
+        self._arm_idle()
+        return self.waiter
+
+    def _arm_idle(self) -> None:
+        if self._idle_handle is None:
+            self._idle_handle = self.pool.loop.call_at(self.last_read + self.pool.idle_timeout, self._idle_check)
+
+    def _idle_check(self) -> None:
+        # One timer per connection, re-armed only when it fires: data_received just stamps the time.
+        self._idle_handle = None
+        if self._parser is None or self.transport is None:
+            return
+        due = self.last_read + self.pool.idle_timeout
+        if self.pool.loop.time() >= due:
+            self._fail(UpstreamError("request", f"no data from the upstream for {self.pool.idle_timeout:.0f} s"))
+            self.transport.abort()
+        else:
+            self._idle_handle = self.pool.loop.call_at(due, self._idle_check)
+
+    # --- protocol ---
+    def data_received(self, data: bytes) -> None:
+        self.last_read = self.pool.loop.time()
+        if self._parser is None:
+            if not data:
+                return  # resume_reading after the response ended
+            self.broken = True  # bytes nobody asked for: never reuse this connection
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        try:
+            messages, upgraded, tail = self._parser.feed_data(data)
+        except BaseException as exc:  # a malformed response: fail the request, drop the connection
+            self._fail(UpstreamError("request", f"malformed response ({type(exc).__name__})"))
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        for message, payload in messages:
+            self.message, self.payload = message, payload
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result((message, payload))
+        if upgraded:
+            self.broken = True
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.broken = True
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+            self._idle_handle = None
+        if self._parser is not None:
+            try:
+                messages, _, _ = self._parser.feed_eof() or ((), False, b"")
+            except Exception:
+                messages = ()
+            for message, payload in messages or ():
+                if self.waiter is not None and not self.waiter.done():
+                    self.waiter.set_result((message, payload))
+        self._fail(UpstreamError("request", "the upstream closed the connection"))
+        self.pool._forget(self)
+        super().connection_lost(exc)
+
+    def _fail(self, err: UpstreamError) -> None:
+        self.broken = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(err)
+            self.waiter.exception()  # retrieved: the caller may be gone
+        if self.payload is not None and not self.payload.is_eof():
+            self.payload.set_exception(ClientPayloadError(err.detail))
+
+    def finished(self) -> bool:
+        """The response was read to its end and the connection may carry another request."""
+        return (not self.broken and self.message is not None and not self.message.should_close
+                and self.payload is not None and self.payload.is_eof() and self.payload.exception() is None)
+
+    def release(self, reuse: bool) -> None:
+        self._parser = None
+        self.waiter = None
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+            self._idle_handle = None
+        if reuse and self.transport is not None and not self.transport.is_closing():
+            self.pool._idle.append(self)
+        elif self.transport is not None:
+            self.transport.abort()
+
+
+class UpstreamPool:
+    """Keep-alive TLS connections to one upstream `host[:port]` (resolved through the override map)."""
+
+    def __init__(self, authority: str, ssl_context: ssl.SSLContext, resolver: OverrideResolver, *,
+                 connect_timeout: float, idle_timeout: float, max_idle: int, max_line: int = 65536,
+                 max_headers: int = 256) -> None:
+        host, _, port = authority.rpartition(":") if authority.rsplit(":", 1)[-1].isdigit() else (authority, "", "")
+        self.host = host.strip("[]")
+        self.port = int(port) if port else 443
+        self.authority = authority
+        self.ssl = ssl_context
+        self.resolver = resolver
+        self.connect_timeout = connect_timeout
+        self.idle_timeout = idle_timeout
+        self.max_idle = max_idle
+        self.max_line = max_line
+        self.max_headers = max_headers
+        self.loop = asyncio.get_running_loop()
+        self._idle: list[_Connection] = []
+        self._all: set[_Connection] = set()
+        self._closed = False
+
+    async def _connect(self) -> _Connection:
+        if self._closed:
+            raise UpstreamError("connect", "the gateway is stopping")
+        try:
+            infos = await self.resolver.resolve(self.host, self.port)
+            target = infos[0]
+            _, conn = await asyncio.wait_for(self.loop.create_connection(
+                lambda: _Connection(self), target["host"], target["port"], ssl=self.ssl,
+                server_hostname=self.host, ssl_handshake_timeout=self.connect_timeout), self.connect_timeout)
+        except (OSError, asyncio.TimeoutError, IndexError, ssl.SSLError) as exc:
+            raise UpstreamError("connect", type(exc).__name__) from None
+        self._all.add(conn)
+        return conn
+
+    def _forget(self, conn: _Connection) -> None:
+        self._all.discard(conn)
+        try:
+            self._idle.remove(conn)
+        except ValueError:
+            pass
+
+    async def request(self, head: bytes, body: AsyncIterator[bytes] | None, *, head_only: bool, chunked: bool,
+                      on_response: Callable[[RawResponseMessage, StreamReader], Awaitable[None]]) -> None:
+        """Send `head` (and the body), hand the parsed response head and its body stream to `on_response`, and
+        put the connection back in the pool only if the exchange ended cleanly."""
+        conn = None
+        while self._idle:
+            candidate = self._idle.pop()
+            if candidate.transport is not None and not candidate.transport.is_closing() and not candidate.broken:
+                conn = candidate
+                break
+        fresh = conn is None
+        if conn is None:
+            conn = await self._connect()
+        reuse = False
+        try:
+            waiter = conn.begin(head_only)
+            assert conn.transport is not None
+            conn.transport.write(head)
+            if body is not None:
+                await self._send_body(conn, body, chunked)
+            try:
+                message, payload = await waiter
+            except UpstreamError:
+                if not fresh and body is None and conn.message is None:
+                    # A pooled connection the upstream had closed meanwhile: retry once on a new one.
+                    conn.release(False)
+                    conn = await self._connect()
+                    waiter = conn.begin(head_only)
+                    assert conn.transport is not None
+                    conn.transport.write(head)
+                    message, payload = await waiter
+                else:
+                    raise
+            await on_response(message, payload)
+            reuse = conn.finished() and len(self._idle) < self.max_idle
+        finally:
+            conn.release(reuse)
+
+    async def _send_body(self, conn: _Connection, body: AsyncIterator[bytes], chunked: bool) -> None:
+        transport = conn.transport
+        assert transport is not None
+        async for chunk in body:
+            if transport.is_closing():
+                raise UpstreamError("request", "the upstream closed the connection while the body was sent")
+            if chunked:
+                transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+            else:
+                transport.write(chunk)
+            await conn._drain_helper()
+        if chunked:
+            transport.write(b"0\r\n\r\n")
+
+    async def close(self) -> None:
+        self._closed = True
+        for conn in list(self._all):
+            if conn.transport is not None:
+                conn.transport.abort()
+        self._idle.clear()
+        await asyncio.sleep(0)
