@@ -6,7 +6,7 @@ session, rebuilt here with the process's resolver so that lab host names are rea
 kubernetes-asyncio APIs remain usable on `session.api_client`; the control loop itself uses `request`, `get`,
 `list`, `watch`, `create`, `update`, `patch` and `delete` on any resource path and gets dicts back.
 
-Every write (POST, PUT, PATCH, DELETE) is counted, in `writes` / `write_counts` and in the Prometheus counter
+Every write (POST, PUT, PATCH, DELETE; not the reviews, which store nothing) is counted, in `writes` / `write_counts` and in the Prometheus counter
 `peering_api_writes_total`, so a test or a benchmark can assert that a steady state makes no writes.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import inspect
 import json
 import logging
 import os
@@ -210,17 +211,24 @@ class KubeSession:
     # -- credentials -------------------------------------------------------------------------------------------
 
     def bearer_token(self) -> str | None:
-        """The current bearer token (re-read from the projected token file in a cluster), or None."""
+        """The current bearer token (re-read from the projected token file in a cluster), or None.
+
+        Synchronous for the gateway's sake; a kubeconfig whose credentials refresh asynchronously (an exec
+        plugin) is refreshed by every request of this session, and this returns the latest value."""
         conf = self.configuration
         hook = conf.refresh_api_key_hook
         if hook is not None:
-            hook(conf)  # the in-cluster hook is a plain function that re-reads the file when due
-        value = conf.api_key.get("BearerToken") or conf.api_key.get("authorization")
-        if not value:
+            result = hook(conf)  # the in-cluster hook is a plain function that re-reads the file when due
+            if inspect.iscoroutine(result):
+                result.close()
+        return _strip_bearer(conf.api_key.get("BearerToken"), conf.api_key_prefix.get("BearerToken"))
+
+    async def _current_token(self) -> str | None:
+        conf = self.configuration
+        if "BearerToken" not in conf.api_key and conf.refresh_api_key_hook is None:
             return None
-        prefix = conf.api_key_prefix.get("BearerToken") or conf.api_key_prefix.get("authorization")
-        value = f"{prefix} {value}" if prefix else value
-        return value[7:] if value.lower().startswith("bearer ") else value
+        # Runs the refresh hook, synchronous or not, as the kubernetes-asyncio typed APIs do.
+        return _strip_bearer(await conf.get_api_key_with_prefix("BearerToken"), None)
 
     def credentials(self) -> Credentials:
         conf = self.configuration
@@ -228,9 +236,9 @@ class KubeSession:
                            client_cert_file=conf.cert_file, client_key_file=conf.key_file,
                            tls_server_name=conf.tls_server_name)
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": self.user_agent}
-        token = self.bearer_token()
+        token = await self._current_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
         if content_type:
@@ -243,18 +251,19 @@ class KubeSession:
                       content_type: str = "application/json", timeout: float | None = 30.0) -> dict:
         """One API call; returns the decoded JSON answer, raises a typed `ApiError` on a non-2xx answer."""
         method = method.upper()
-        write = method in ("POST", "PUT", "PATCH", "DELETE")
+        resource = _resource_of(path)
+        # Reviews (TokenReview, SubjectAccessReview...) are POSTs that store nothing: not writes.
+        write = method in ("POST", "PUT", "PATCH", "DELETE") and not resource.endswith("reviews")
         data = None if body is None else json.dumps(body).encode()
         params = _query(query)
         if write:
             # Counted before sending: a write that fails still reached the server.
-            resource = _resource_of(path)
             self.writes += 1
             self.write_counts[(method, resource)] += 1
             API_WRITES.labels(method, resource).inc()
         async with self.session.request(
                 method, self.server + path, params=params, data=data,
-                headers=self._headers(content_type if data is not None else None),
+                headers=await self._headers(content_type if data is not None else None),
                 timeout=aiohttp.ClientTimeout(total=timeout),
                 server_hostname=self.configuration.tls_server_name or None) as resp:
             raw = await resp.read()
@@ -334,7 +343,7 @@ class KubeSession:
         # No total timeout: the server ends the watch after timeoutSeconds; sock_read notices a dead peer.
         read_limit = (timeout_seconds or 300) + 30
         async with self.session.get(self.server + resource.path(namespace), params=_query(query),
-                                    headers=self._headers(None),
+                                    headers=await self._headers(None),
                                     timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=read_limit),
                                     server_hostname=self.configuration.tls_server_name or None) as resp:
             API_REQUESTS.labels("WATCH", str(resp.status)).inc()
@@ -364,6 +373,13 @@ async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
                 yield line
     if buf.strip():
         yield buf.strip()
+
+
+def _strip_bearer(value: str | None, prefix: str | None) -> str | None:
+    if not value:
+        return None
+    value = f"{prefix} {value}" if prefix else value
+    return value[7:] if value.lower().startswith("bearer ") else value
 
 
 def _with_type(resource: Resource, obj: dict) -> dict:

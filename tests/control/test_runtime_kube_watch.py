@@ -206,3 +206,19 @@ async def test_bookmarks_keep_a_quiet_watch_resumable(tmp_path):
                 await informer.stop()
     finally:
         await server.stop()
+
+
+async def test_a_bearer_token_session_authenticates_as_its_serviceaccount(api, tmp_path):
+    from lab.apiserver.testing import write_kubeconfig
+
+    server, _ = api
+    sa = server.create({"apiVersion": "v1", "kind": "ServiceAccount",
+                        "metadata": {"name": "peering", "namespace": NAMESPACE}})
+    token, _ = server.sa_issuer.issue(NAMESPACE, "peering", sa["metadata"]["uid"], [server.url], 3600)
+    path = write_kubeconfig(tmp_path / "sa", server.url, server.test_ca.cert_pem.bytes(), token=token)
+    async with await k.KubeSession.connect(str(path)) as session:
+        assert session.credentials().token() == token
+        review = await session.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body={
+            "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        assert review["status"]["userInfo"]["username"] == f"system:serviceaccount:{NAMESPACE}:peering"
+        assert session.writes == 0, "a review stores nothing and is not counted as a write"
