@@ -5,11 +5,14 @@ Status errors. The rules live in the other modules of this package; this file mo
 from __future__ import annotations
 
 import asyncio
+import base64
+import collections
 import copy
 import json
 import logging
 import os
 import pathlib
+import secrets
 import ssl
 import tempfile
 from dataclasses import dataclass, field
@@ -229,6 +232,7 @@ class ApiServer:
         self._decisions: dict[tuple, object] = {}
         self.store.listeners.append(self._forget_decisions)
         self._apply_previous: dict[tuple, dict] = {}   # (key, ns, name, manager) -> last applied config
+        self._snapshots: collections.OrderedDict[str, tuple[list, int]] = collections.OrderedDict()
         self._runner: web.AppRunner | None = None
         self._watchers: set = set()
         self._stopping = False
@@ -552,9 +556,10 @@ class ApiServer:
                 raise errors.ApiError(405, "MethodNotAllowed", f"get is not supported on {info.subresource}")
             return self._respond_objects(request, res, [present(obj)], single=True)
         if verb == "list":
-            objs = self._select(res, info, query)
+            objs, list_meta = self._page(res, info, query)
             present = self._masker(res, user, attrs)
-            return self._respond_objects(request, res, [present(o) for o in objs], single=False)
+            return self._respond_objects(request, res, [present(o) for o in objs], single=False,
+                                         list_meta=list_meta)
         if verb == "watch":
             return await self._watch(request, res, info, user, attrs)
         if verb == "create":
@@ -605,17 +610,55 @@ class ApiServer:
             objs = [o for o in objs if (lp is None or lp(o)) and (fp is None or fp(o))]
         return objs
 
-    def _respond_objects(self, request: web.Request, res: ResourceInfo, objs: list[dict], single: bool):
-        rv = str(self.store.current_rv)
+    def _page(self, res: ResourceInfo, info: RequestInfo, query) -> tuple[list[dict], dict]:
+        """One page of a list (`limit`, `continue`), served from a snapshot so the pages are consistent."""
+        token = query.get("continue")
+        limit_text = query.get("limit")
+        try:
+            limit = int(limit_text) if limit_text else 0
+        except ValueError:
+            raise errors.bad_request(f'limit "{limit_text}" is not a number')
+        if token:
+            try:
+                state = json.loads(base64.urlsafe_b64decode(token.encode()))
+                snapshot_id, offset = state["id"], int(state["offset"])
+            except (ValueError, KeyError, TypeError):
+                raise errors.bad_request("the continue token is malformed; pass the one a list answered with")
+            snapshot = self._snapshots.get(snapshot_id)
+            if snapshot is None:
+                raise errors.ApiError(410, "Expired", "The provided continue parameter is too old to display a "
+                                                      "consistent list result. You can start a new list without "
+                                                      "the continue parameter.")
+            objs, rv = snapshot
+        else:
+            objs, rv, offset, snapshot_id = self._select(res, info, query), self.store.current_rv, 0, None
+        meta = {"resourceVersion": str(rv)}
+        if limit <= 0 or offset + limit >= len(objs):
+            return objs[offset:], meta
+        if snapshot_id is None:
+            snapshot_id = secrets.token_hex(8)
+            self._snapshots[snapshot_id] = (objs, rv)
+            while len(self._snapshots) > 64:
+                self._snapshots.popitem(last=False)
+        meta["continue"] = base64.urlsafe_b64encode(
+            json.dumps({"id": snapshot_id, "offset": offset + limit}).encode()).decode()
+        meta["remainingItemCount"] = len(objs) - offset - limit
+        return objs[offset:offset + limit], meta
+
+    def _respond_objects(self, request: web.Request, res: ResourceInfo, objs: list[dict], single: bool,
+                         list_meta: dict | None = None):
+        list_meta = list_meta or {"resourceVersion": str(self.store.current_rv)}
         if _accepts_table(request.headers.get("Accept", "")):
             include = request.query.get("includeObject", "Metadata")
-            if single:
-                rv = objs[0]["metadata"].get("resourceVersion", rv)
-            return _json_response(table.table(res, objs, rv, include))
+            rv = objs[0]["metadata"].get("resourceVersion", "") if single else list_meta["resourceVersion"]
+            out = table.table(res, objs, rv, include)
+            if not single:
+                out["metadata"] = dict(list_meta)
+            return _json_response(out)
         if single:
             return _json_response(objs[0])
         return _json_response({"kind": res.kind + "List", "apiVersion": res.group_version,
-                               "metadata": {"resourceVersion": rv}, "items": objs})
+                               "metadata": list_meta, "items": objs})
 
     def _check_rbac_write(self, res: ResourceInfo, body, user: UserInfo, namespace: str | None) -> None:
         """RBAC's escalation prevention: grant only what you hold, unless you may escalate or bind."""

@@ -478,3 +478,24 @@ async def test_in_process_access_validates_watches_and_ends_on_stop(lab):
     assert events == [("ADDED", "ip"), ("MODIFIED", "ip"), ("DELETED", "ip")]
     await server.stop()
     await asyncio.wait_for(task, 5)
+
+
+async def test_paged_lists_are_consistent_snapshots(lab, api):
+    v1 = client.CoreV1Api(api)
+    for i in range(5):
+        await v1.create_namespaced_config_map("default", {"metadata": {"name": f"pg{i}", "labels": {"pg": "1"}}})
+    first = await v1.list_namespaced_config_map("default", label_selector="pg=1", limit=2)
+    assert [i.metadata.name for i in first.items] == ["pg0", "pg1"]
+    assert first.metadata.remaining_item_count == 3 and first.metadata._continue
+    await v1.delete_namespaced_config_map("pg3", "default")   # after the first page: the snapshot still has it
+    names = [i.metadata.name for i in first.items]
+    token = first.metadata._continue
+    while token:
+        page = await v1.list_namespaced_config_map("default", label_selector="pg=1", limit=2, _continue=token)
+        names += [i.metadata.name for i in page.items]
+        assert page.metadata.resource_version == first.metadata.resource_version
+        token = page.metadata._continue
+    assert names == ["pg0", "pg1", "pg2", "pg3", "pg4"]
+    with pytest.raises(ApiException) as exc:
+        await v1.list_namespaced_config_map("default", limit=2, _continue="eyJpZCI6ICJub3BlIiwgIm9mZnNldCI6IDJ9")
+    assert exc.value.status == 410
