@@ -1,0 +1,6 @@
+"""Fixtures of the two-cluster tests. The guide scenario's live in guide_helpers.py; they are registered here so
+that its tests can ask for them by name."""
+
+from __future__ import annotations
+
+from guide_helpers import guide_lab, story  # noqa: F401  (fixtures)
