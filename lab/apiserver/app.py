@@ -338,7 +338,7 @@ class ApiServer:
     async def watch(self, group: str, plural: str, namespace: str | None = None,
                     resource_version: str | None = None) -> AsyncIterator[tuple[str, dict]]:
         """Events of a resource: ADDED for what exists (without a resource_version), then every change."""
-        key = (group, plural)
+        key, show = self._stored_form(group, plural)
         rv = int(resource_version) if resource_version else None
         initial = None if rv else self.store.list(key, namespace)
         w = self.store.watch(key, namespace, None, rv, initial)
@@ -351,7 +351,7 @@ class ApiServer:
                 if item is None or w.overflowed:
                     raise errors.gone("the watch fell too far behind and was closed; list again and watch from "
                                       "the new resourceVersion")
-                yield item[0], copy.deepcopy(item[1])
+                yield item[0], show(copy.deepcopy(item[1]))
         finally:
             self._watchers.discard(w)
             self.store.unwatch(key, w)
@@ -452,6 +452,13 @@ class ApiServer:
                                     headers={"Content-Type": discovery.AGGREGATED_CONTENT_TYPE})
             return _json_response(discovery.api_group_list(self.registry))
         parts = [p for p in path.split("/") if p]
+        if not parts:
+            paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v3", "/readyz", "/version",
+                     "/.well-known/openid-configuration", "/openid/v1/jwks"]
+            for g in self.registry.groups():
+                if g:
+                    paths += [f"/apis/{g}"] + [f"/apis/{g}/{v}" for v in self.registry.versions(g)]
+            return _json_response({"paths": sorted(paths)})
         if parts[0] == "api" and len(parts) == 2:
             doc = discovery.resource_list(self.registry, "", parts[1])
             if doc:

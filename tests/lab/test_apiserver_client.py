@@ -330,6 +330,26 @@ async def test_unauthenticated_requests(lab):
     assert doc["issuer"] == lab.server.url
 
 
+async def test_discovery_documents(lab, admin_files):
+    status, _, root = await raw(lab, "GET", "/", cert_key=admin_files)
+    assert status == 200 and "/apis/peering.deckhouse.io/v1alpha1" in root["paths"]
+    _, headers, agg = await raw(lab, "GET", "/apis", cert_key=admin_files, headers={
+        "Accept": "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"})
+    assert "as=APIGroupDiscoveryList" in headers["Content-Type"]
+    peering = next(i for i in agg["items"] if i["metadata"]["name"] == "peering.deckhouse.io")
+    cp = next(r for r in peering["versions"][0]["resources"] if r["resource"] == "clusterpeers")
+    assert cp["scope"] == "Cluster" and cp["shortNames"] == ["cpeer"]
+    assert cp["subresources"][0]["subresource"] == "status"
+    _, _, legacy = await raw(lab, "GET", "/api/v1", cert_key=admin_files)
+    sa = {r["name"]: r for r in legacy["resources"]}
+    assert sa["serviceaccounts/token"]["kind"] == "TokenRequest" and sa["configmaps"]["shortNames"] == ["cm"]
+    _, _, oa = await raw(lab, "GET", "/openapi/v3", cert_key=admin_files)
+    url = oa["paths"]["apis/peering.deckhouse.io/v1alpha1"]["serverRelativeURL"]
+    _, _, doc = await raw(lab, "GET", url, cert_key=admin_files)
+    patch_op = doc["paths"]["/apis/peering.deckhouse.io/v1alpha1/clusterpeers/{name}"]["patch"]
+    assert {"name": "fieldValidation", "in": "query"}.items() <= patch_op["parameters"][2].items()
+
+
 async def test_forbidden_message_and_sensitive_masking(lab, api, tmp_path):
     co = client.CustomObjectsApi(api)
     rbac = client.RbacAuthorizationV1Api(api)
