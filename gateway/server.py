@@ -39,6 +39,7 @@ access_log = logging.getLogger("gateway.access")
 log = logging.getLogger("gateway")
 
 _CHUNK = 64 * 1024
+_SMALL_BODY = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ class Gateway:
         self.config = config
         self.handlers = handlers
         self.metrics = Metrics()
+        # Metric children looked up once: labels() takes a lock and builds a tuple on every call.
+        self._in_flight = {n: self.metrics.in_flight.labels(n) for n in ("entrance", "egress")}
+        self._latency = {n: self.metrics.latency.labels(n) for n in ("entrance", "egress", "join")}
+        self._request_counters: dict[tuple, Any] = {}
         self.entrance_port = 0
         self.join_port = 0
         self.egress_port = 0
@@ -240,19 +245,18 @@ class Gateway:
         return generate_latest(self.metrics.registry)
 
     # ----- entrance ------------------------------------------------------------------------------------------
-    def _admit_entrance(self, transport: asyncio.BaseTransport) -> bool:
+    def _admit_entrance(self, transport: asyncio.BaseTransport) -> str | None | bool:
         fp = peer_fingerprint(transport)
         conns = self._by_fp.get(fp)
         if conns is not None and len(conns) >= self.config.limits.max_connections_per_peer:
             self.metrics.handshake_failures.labels("entrance", "peer_connection_limit").inc()
             return False
-        return True
+        return fp
 
-    def _track(self, proto: HTTPProtocol) -> None:
-        if proto.peering_fp is None and proto._peering_on_lost is None:
-            proto.peering_fp = peer_fingerprint(proto.transport) if proto.transport is not None else None
-            self._by_fp.setdefault(proto.peering_fp, set()).add(proto)
-            proto._peering_on_lost = self._untrack
+    def _track(self, proto: HTTPProtocol, fp: str | None) -> None:
+        proto.peering_fp = fp
+        self._by_fp.setdefault(fp, set()).add(proto)
+        proto._peering_on_lost = self._untrack
 
     def _untrack(self, proto: HTTPProtocol) -> None:
         conns = self._by_fp.get(proto.peering_fp)
@@ -270,7 +274,8 @@ class Gateway:
         caps = "-"
         code = 500
         metrics = self.metrics
-        metrics.in_flight.labels("entrance").inc()
+        in_flight = self._in_flight["entrance"]
+        in_flight.inc()
         try:
             if peer is None:
                 raise Refusal(403, "PeerUnknown", "this client certificate belongs to no live peering of this "
@@ -311,7 +316,7 @@ class Gateway:
             code = refusal.code
             return status_response(refusal.code, refusal.cause, refusal.message, close=refusal.cause == "PeerUnknown")
         finally:
-            metrics.in_flight.labels("entrance").dec()
+            in_flight.dec()
             self._finish("entrance", peer_name, caps, request, code, start)
 
     async def _peer_call(self, request: web.BaseRequest, peer: Peer, path: str) -> web.StreamResponse:
@@ -335,7 +340,7 @@ class Gateway:
     async def _egress(self, request: web.BaseRequest) -> web.StreamResponse:
         start = time.perf_counter()
         peer_name, caps, code = "-", "-", 500
-        self.metrics.in_flight.labels("egress").inc()
+        self._in_flight["egress"].inc()
         try:
             path = request.raw_path
             if not path.startswith("/peers/"):
@@ -362,7 +367,7 @@ class Gateway:
             code = refusal.code
             return status_response(refusal.code, refusal.cause, refusal.message)
         finally:
-            self.metrics.in_flight.labels("egress").dec()
+            self._in_flight["egress"].dec()
             self._finish("egress", peer_name, caps, request, code, start)
 
     async def _review(self, token: str, peer: Peer, registry: Registry) -> frozenset[str]:
@@ -460,15 +465,24 @@ class Gateway:
             chunked = length is None
         head = request_head(request.method, target, pool.authority, forwarded_headers(request.raw_headers),
                             authorization, length, chunked)
-        is_watch = _is_watch(request.query_string)
+        is_watch = _is_watch(target.partition("?")[2])
         result: list[web.StreamResponse] = []
 
         async def relay(message: Any, payload: Any) -> None:
-            resp = web.StreamResponse(status=message.code, reason=message.reason)
-            for name, value in response_headers(message.headers.items()):
-                resp.headers.add(name, value)
-            if "Content-Length" in message.headers and not message.chunked:
-                resp.content_length = int(message.headers["Content-Length"])
+            headers = response_headers(message.headers.items())
+            length = message.headers.get("Content-Length")
+            if length is not None and not message.chunked and length.isdigit() and int(length) <= _SMALL_BODY:
+                # Most API answers are small: one write of head and body, one TLS record, no chunk loop.
+                try:
+                    body = await payload.read()
+                except ClientPayloadError as exc:
+                    raise UpstreamError("request", f"the response body ended early ({exc})") from None
+                resp = web.Response(status=message.code, reason=message.reason, body=body, headers=headers)
+                result.append(resp)
+                return
+            resp = web.StreamResponse(status=message.code, reason=message.reason, headers=headers)
+            if length is not None and not message.chunked and length.isdigit():
+                resp.content_length = int(length)
             result.append(resp)
             await resp.prepare(request)
             if is_watch:
@@ -564,8 +578,15 @@ class Gateway:
     def _finish(self, listener: str, peer: str, caps: str, request: web.BaseRequest, code: int,
                 start: float) -> None:
         elapsed = time.perf_counter() - start
-        self.metrics.requests.labels(listener, peer, caps, f"{code // 100}xx").inc()
-        self.metrics.latency.labels(listener).observe(elapsed)
+        key = (listener, peer, caps, code // 100)
+        counter = self._request_counters.get(key)
+        if counter is None:
+            if len(self._request_counters) > 10_000:
+                self._request_counters.clear()
+            counter = self._request_counters[key] = self.metrics.requests.labels(listener, peer, caps,
+                                                                                 f"{code // 100}xx")
+        counter.inc()
+        self._latency[listener].observe(elapsed)
         if self.config.access_log and access_log.isEnabledFor(logging.INFO):
             access_log.info(json.dumps({"listener": listener, "peer": peer, "capabilities": caps,
                                         "method": request.method, "path": request.path, "code": code,

@@ -117,14 +117,14 @@ class TLSAcceptor:
     """Protocol factory for `loop.create_server`: does the TLS handshake with whatever context is current when a
     connection arrives, then hands the TLS transport to an HTTP protocol made by `make_protocol`.
 
-    `admit(transport)` decides after the handshake (client cert fingerprint, per-peer limits) and returns a
-    connection key or None to refuse; `count_failure(reason)` counts refused handshakes.
+    `admit(transport)` decides after the handshake (client cert fingerprint, per-peer limits): False refuses,
+    anything else is handed to `on_connect(protocol, admitted)`; `count_failure(reason)` counts refusals.
     """
 
     def __init__(self, *, name: str, context: Callable[[], ssl.SSLContext | None], make_protocol: Callable,
-                 admit: Callable[[asyncio.BaseTransport], bool], count_failure: Callable[[str], None],
+                 admit: Callable[[asyncio.BaseTransport], Any], count_failure: Callable[[str], None],
                  handshake_timeout: float, max_connections: int,
-                 on_connect: Callable[[Any], None] | None = None) -> None:
+                 on_connect: Callable[[Any, Any], None] | None = None) -> None:
         self.name = name
         self._on_connect = on_connect
         self._context = context
@@ -182,7 +182,8 @@ class TLSAcceptor:
             transport.abort()
             return
         tls = tls_protocol._get_app_transport()
-        if early.lost or not self._admit(tls):
+        admitted = self._admit(tls) if not early.lost else False
+        if admitted is False:
             self.open -= 1
             tls.abort()
             return
@@ -191,7 +192,7 @@ class TLSAcceptor:
         tls.set_protocol(proto)
         proto.connection_made(tls)
         if self._on_connect is not None:
-            self._on_connect(proto)
+            self._on_connect(proto, admitted)
         if early.chunks:
             proto.data_received(b"".join(early.chunks))
         if early.eof:
