@@ -78,7 +78,7 @@ def guide_lab(tmp_path) -> Iterator[LabThread]:
 
 
 @pytest.fixture
-def story(guide_lab, tmp_path) -> Iterator[Story]:
+def guide_story(guide_lab, tmp_path) -> Iterator[Story]:
     """The guide's steps on `guide_lab`; what they print is the test's captured output, shown on failure."""
     s = Story(guide_lab, tmp_path / "story", out=print)
     try:

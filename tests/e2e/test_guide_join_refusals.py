@@ -11,10 +11,10 @@ from guide_helpers import needs_peering
 pytestmark = [pytest.mark.slow, needs_peering, pytest.mark.timeout(120)]
 
 
-def test_unusable_connection_strings_each_say_why(story):
-    story.step1_invite()
-    story.step2_join()
-    story.join_refusals()
+def test_unusable_connection_strings_each_say_why(guide_story):
+    guide_story.step1_invite()
+    guide_story.step2_join()
+    guide_story.join_refusals()
     # The refused joins changed nothing of the working peering.
-    story.wait_peer(story.b, "cluster-a", "Active", "True", timeout=5)
-    story.wait_peer(story.a, "cluster-b", "Active", "True", timeout=5)
+    guide_story.wait_peer(guide_story.b, "cluster-a", "Active", "True", timeout=5)
+    guide_story.wait_peer(guide_story.a, "cluster-b", "Active", "True", timeout=5)

@@ -15,22 +15,22 @@ from guide_helpers import needs_peering
 pytestmark = [pytest.mark.slow, needs_peering, pytest.mark.timeout(180)]
 
 
-def test_the_guide_on_two_clusters(story):
+def test_the_guide_on_two_clusters(guide_story):
     # Creating an invitation, connecting: Active and Ready on both sides.
-    story.step1_invite()
-    story.step2_join()
+    guide_story.step1_invite()
+    guide_story.step2_join()
     # Opening capabilities: Accepted on both, opened on both, EFFECTIVE on both.
-    story.step3_capability()
+    guide_story.step3_capability()
     # Paired projects.
-    story.step4_projects()
+    guide_story.step4_projects()
     # A consumer on b reads and watches across egress and entrance; everything else is refused.
-    story.step5_consumer()
+    guide_story.step5_consumer()
     # The connection string is a sensitive field.
-    story.step6_sensitive()
+    guide_story.step6_sensitive()
     # Temporary unavailability does not revoke.
-    story.step7_outage()
+    guide_story.step7_outage()
     # Revoking: access ends at once, the other side is told by the refusal.
-    story.step8_revoke()
+    guide_story.step8_revoke()
     # Disabling and enabling the module: old peerings say to re-create; a new peering works.
-    story.step9_reenable()
-    story.step9_anew()
+    guide_story.step9_reenable()
+    guide_story.step9_anew()

@@ -1,0 +1,58 @@
+"""`make demo` never leaves processes behind: interrupted with Ctrl-C (or SIGTERM) it stops the lab and exits
+non-zero, and killed outright its peering processes die with it. The story it tells is the scenario's own
+(test_guide_scenario.py runs the same `lab.demo.Story` steps)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from guide_helpers import children, needs_peering, start_demo, stop, wait_gone, wait_output
+
+pytestmark = [pytest.mark.slow, needs_peering, pytest.mark.timeout(120)]
+
+
+def peering_children(pid: int, count: int, timeout: float = 30.0) -> list[int]:
+    """The demo's peering processes, once `count` of them run."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [p for p, cmd in children(pid).items() if " run " in f" {cmd} " and "--ports-file" in cmd]
+        if len(found) >= count:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the demo did not start {count} peering processes within {timeout}s: "
+                                 f"{children(pid)}")
+        time.sleep(0.05)  # bounded poll: /proc has nothing to wait on
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_demo_stops_the_lab_and_fails(tmp_path, sig):
+    proc, out = start_demo(tmp_path)
+    try:
+        wait_output(proc, out, "Starting the lab", 30)
+        pids = peering_children(proc.pid, 2)
+        # Only the demo gets the signal, not its process group: it must stop its children itself.
+        proc.send_signal(sig)
+        code = proc.wait(60)
+        text = out.read_text(errors="replace")
+        assert code == 130, text
+        assert "interrupted; stopping the lab" in text
+        assert "The lab is stopped." in text
+        assert "Done in" not in text
+        assert wait_gone(pids, 1.0) == [], f"peering processes outlived the demo: {pids}"
+    finally:
+        stop(proc)
+
+
+def test_a_killed_demo_takes_its_peering_processes_along(tmp_path):
+    proc, out = start_demo(tmp_path)
+    try:
+        wait_output(proc, out, "Starting the lab", 30)
+        pids = peering_children(proc.pid, 2)
+        proc.kill()
+        proc.wait(10)
+        assert wait_gone(pids, 10.0) == [], f"peering processes outlived a killed demo: {pids}"
+    finally:
+        stop(proc)
