@@ -857,6 +857,7 @@ class Story:
         self.step4_projects()
         self.step5_consumer()
         self.step6_sensitive()
+        self.step7_outage()
         self.step8_revoke()
 
 
