@@ -391,7 +391,7 @@ def measure_target(s: Setup, kind: str, workers: int, *, memory: bool) -> dict:
         base = f"http://127.0.0.1:{dport}"
         wrk(base + "/api/v1/namespaces/default/pods", connections=64, seconds=2, d=s.d)  # warm pools and caches
         out["keepalive"] = median_runs(lambda: wrk(base + "/api/v1/namespaces/default/pods", connections=64,
-                                                   seconds=seconds, d=s.d), runs)
+                                                   seconds=seconds, d=s.d, pid=target.pid), runs)
         if workers == 1:
             half = out["keepalive"]["rps"] / 2
             conns = 16
@@ -402,30 +402,39 @@ def measure_target(s: Setup, kind: str, workers: int, *, memory: bool) -> dict:
                                                               connections=conns, seconds=seconds, delay_ms=delay,
                                                               d=s.d), runs)
             out["handshakes"] = median_runs(lambda: wrk(base + "/fresh/api/v1/namespaces/default/pods",
-                                                        connections=32, seconds=seconds, d=s.d), runs)
-        if memory:
-            out["memory"] = {}
-            for label, n, watch in (("idle_mtls", 500 if s.quick else 5000, False),
-                                    ("watches", 100 if s.quick else 1000, True)):
-                before = pss_kib(target.pid)
-                holder = s.hold(tport, n, watch)
-                assert holder.stdout is not None
-                ready = holder.stdout.readline().split()
-                time.sleep(3)
-                after = pss_kib(target.pid)
-                holder.stdin.close()  # type: ignore[union-attr]
-                report = holder.stdout.read().split()
-                holder.wait(60)
-                opened = int(ready[1]) if len(ready) > 1 else 0
-                out["memory"][label] = {"connections": opened, "requested": n, "pss_before_kib": before,
-                                        "pss_after_kib": after,
-                                        "kib_per_connection": round((after - before) / max(opened, 1), 2),
-                                        "events_received": int(report[1]) if len(report) > 1 else 0}
-                time.sleep(1)
+                                                        connections=32, seconds=seconds, d=s.d, pid=target.pid), runs)
     finally:
         stop(driver)
         stop(target, signal.SIGTERM)
+    if memory:
+        out["memory"] = {label: measure_memory(s, kind, n, watch) for label, n, watch in (
+            ("idle_mtls", 500 if s.quick else 5000, False), ("watches", 100 if s.quick else 1000, True))}
     return out
+
+
+def measure_memory(s: Setup, kind: str, n: int, watch: bool) -> dict:
+    """PSS growth of a fresh target (one worker) while `n` mTLS connections (or watches) are held open."""
+    target, tport = s.target(kind, 1)
+    driver, dport = s.driver(tport)
+    try:
+        # Warm: pools, caches and lazily built state exist before the baseline is taken.
+        wrk(f"http://127.0.0.1:{dport}/api/v1/namespaces/default/pods", connections=8, seconds=1, d=s.d)
+        before = pss_kib(target.pid)
+        holder = s.hold(tport, n, watch)
+        assert holder.stdout is not None and holder.stdin is not None
+        ready = holder.stdout.readline().split()
+        time.sleep(3)
+        after = pss_kib(target.pid)
+        holder.stdin.close()
+        report = holder.stdout.read().split()
+        holder.wait(60)
+    finally:
+        stop(driver)
+        stop(target, signal.SIGTERM)
+    opened = int(ready[1]) if len(ready) > 1 else 0
+    return {"connections": opened, "requested": n, "pss_before_kib": before, "pss_after_kib": after,
+            "kib_per_connection": round((after - before) / max(opened, 1), 2),
+            "events_received": int(report[1]) if len(report) > 1 else 0}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -469,6 +478,10 @@ def summarize(results: dict) -> dict:
     added = g1["half_load"]["latency_ms"].get("p99", 0) - g1["half_load_direct"]["latency_ms"].get("p99", 0)
     return {
         "keepalive_rps_ratio_1_worker": round(g1["keepalive"]["rps"] / n1["keepalive"]["rps"], 3),
+        "keepalive_cpu_us_per_request_gateway_nginx": [g1["keepalive"]["target_cpu_us_per_request"],
+                                                       n1["keepalive"]["target_cpu_us_per_request"]],
+        "handshake_cpu_us_per_connection_gateway_nginx": [g1["handshakes"]["target_cpu_us_per_request"],
+                                                          n1["handshakes"]["target_cpu_us_per_request"]],
         "keepalive_rps_ratio_2_workers": round(g2["keepalive"]["rps"] / n2["keepalive"]["rps"], 3),
         "gateway_p99_added_ms_half_load": round(added, 3),
         "nginx_p99_added_ms_half_load": round(n1["half_load"]["latency_ms"].get("p99", 0)
