@@ -74,7 +74,7 @@ def pss_kib(pid: int) -> int:
     total = 0
     for p in [pid, *descendants(pid)]:
         try:
-            for line in open(f"/proc/{p}/smaps_rollup"):
+            for line in pathlib.Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Pss:"):
                     total += int(line.split()[1])
         except OSError:
@@ -87,7 +87,7 @@ def cpu_seconds(pid: int) -> float:
     total = 0
     for p in [pid, *descendants(pid)]:
         try:
-            fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            fields = pathlib.Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])
         except (OSError, IndexError, ValueError):
             pass
@@ -99,7 +99,7 @@ def descendants(pid: int) -> list[int]:
     while frontier:
         parent = frontier.pop()
         try:
-            children = open(f"/proc/{parent}/task/{parent}/children").read().split()
+            children = pathlib.Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
         except OSError:
             continue
         for c in children:
@@ -298,6 +298,12 @@ def wrk(url: str, *, connections: int, seconds: float, delay_ms: int = 0, d: pat
     cpu0 = cpu_seconds(pid) if pid else 0.0
     out = subprocess.run([*cmd, url], capture_output=True, text=True, timeout=seconds + 60).stdout
     cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
+    result = parse_wrk(out)
+    result["target_cpu_us_per_request"] = round(cpu * 1e6 / max(result.pop("total"), 1), 1) if pid else None
+    return result
+
+
+def parse_wrk(out: str) -> dict:
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
     lat = {}
@@ -305,9 +311,7 @@ def wrk(url: str, *, connections: int, seconds: float, delay_ms: int = 0, d: pat
         lat[f"p{pct}"] = float(value) * _UNITS[unit]
     errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     socket_errors = re.search(r"Socket errors:.*", out)
-    return {"rps": rps, "latency_ms": lat, "non2xx": int(errors.group(1)) if errors else 0,
-            # CPU the target spent per request: what contention on a shared machine does not blur.
-            "target_cpu_us_per_request": round(cpu * 1e6 / max(total, 1), 1) if pid else None,
+    return {"rps": rps, "latency_ms": lat, "non2xx": int(errors.group(1)) if errors else 0, "total": total,
             "socket_errors": socket_errors.group(0) if socket_errors else ""}
 
 
@@ -464,7 +468,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def _cpu_model() -> str:
     try:
-        for line in open("/proc/cpuinfo"):
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
