@@ -36,7 +36,7 @@ import textwrap
 import threading
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Iterator, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 import yaml
 
@@ -61,6 +61,8 @@ LAB_PEER_SYNC_INTERVAL = "1"
 # How long a step waits for the clusters to reach the state the guide describes.
 STEP_TIMEOUT = 20.0
 POLL_INTERVAL = 0.05
+# How long a stopping peering process may take before it is killed (the lab itself waits 20 s for SIGTERM).
+STOP_GRACE = 25.0
 # The guide's promise for an open watch of a revoked peer.
 WATCH_END_SECONDS = 1.0
 
@@ -136,14 +138,24 @@ class LabThread:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="lab", daemon=True)
         self._started = False
+        self._inflight: set[asyncio.Task] = set()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 
     def call(self, fn: Callable[[Lab], Awaitable[T]], timeout: float = 60.0) -> T:
-        """Run `fn(lab)` on the lab's loop and return its result."""
-        future = asyncio.run_coroutine_threadsafe(fn(self.lab), self._loop)
+        """Run `fn(lab)` on the lab's loop and return its result; interrupted, the call is cancelled and `close`
+        lets its cleanup finish."""
+        async def run() -> T:
+            task = asyncio.current_task()
+            self._inflight.add(task)
+            try:
+                return await fn(self.lab)
+            finally:
+                self._inflight.discard(task)
+
+        future = asyncio.run_coroutine_threadsafe(run(), self._loop)
         try:
             return future.result(timeout)
         except BaseException:
@@ -169,17 +181,57 @@ class LabThread:
         self.close()
 
     def close(self) -> None:
+        """Stop every cluster, then make sure no process of this lab is left, then end the loop and the thread."""
         if not self._started:
             return
         self._started = False
         try:
+            # A call cut short (Ctrl-C during the start) is cancelled; let its own cleanup run to its end first.
+            self.call(lambda lab: self._settle(STOP_GRACE), STOP_GRACE + 5)
             self.call(lambda lab: lab.stop(), 90.0)
         finally:
-            self.call(lambda lab: _cancel_rest(), 10.0)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(30)
-            if not self._thread.is_alive():
-                self._loop.close()
+            try:
+                self.call(lambda lab: self._reap(STOP_GRACE), STOP_GRACE + 5)
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(30)
+                if not self._thread.is_alive():
+                    self._loop.close()
+
+    async def _settle(self, grace: float) -> None:
+        others = [t for t in self._inflight if t is not asyncio.current_task()]
+        if others:
+            await asyncio.wait(others, timeout=grace)
+
+    async def _reap(self, grace: float) -> None:
+        """Wait (on the running loop, which reaps them) for this lab's processes to exit; kill what ignores
+        SIGTERM for `grace` seconds; then cancel what is left on the loop, so it closes clean."""
+        deadline = time.monotonic() + grace
+        while (left := self.processes()) and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_INTERVAL)  # bounded poll: the lab no longer holds these processes
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in rest:
+            t.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
+    def processes(self) -> list[int]:
+        """Live children of this process that run in this lab's directory (its peering processes)."""
+        mine = str(self.dir)
+        found = []
+        for entry in pathlib.Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except (OSError, IndexError):
+                continue
+            if int(stat[1]) == os.getpid() and stat[0] not in ("Z", "X") and mine in cmdline:
+                found.append(int(entry.name))
+        return found
 
     def cluster(self, name: str) -> LabCluster:
         return self.lab[name]
@@ -196,14 +248,6 @@ class LabThread:
 
     def start_peering(self, name: str) -> None:
         self.call(lambda lab: lab[name].start_peering(), self.start_timeout)
-
-
-async def _cancel_rest() -> None:
-    """Cancel what the lab left on its loop (client sessions' cleanups), so the loop closes clean."""
-    rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for t in rest:
-        t.cancel()
-    await asyncio.gather(*rest, return_exceptions=True)
 
 
 # --- kubectl ---------------------------------------------------------------------------------------------------
@@ -585,7 +629,7 @@ class Story:
         self.title("4", f"Project {PROJECT} exists on both clusters and pairs by itself")
         for k, c in ((self.a, "a"), (self.b, "b")):
             k.ok(self.step, "apply", "-f", "-", stdin=project_manifest(c), show=k is self.a)
-        self.say(f"the same on b (its ConfigMap is price-list-b)")
+        self.say("the same on b (its ConfigMap is price-list-b)")
         for k, name in ((self.a, a_peer), (self.b, b_peer)):
             self.wait_projectpeer(k, name, "Paired")
             k.ok(self.step, "-n", PROJECT, "get", "projectpeers")
