@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from gateway.registry import Registry
 
 from control.kube import CLUSTERPEERS, CONFIGMAPS, PEERINGCAPABILITIES, SECRETS
-from control.watch import Informer, Informers
+from control.watch import Informer, Informers, ObjectPoller
 
 log = logging.getLogger("peering.control.feed")
 
@@ -104,10 +104,10 @@ class Feed:
         self.clusterpeers = informers.get(CLUSTERPEERS)
         self.secrets = informers.get(SECRETS, namespace=namespace, label_selector=MANAGED_BY)
         self.capabilities = informers.get(PEERINGCAPABILITIES)
-        self.cluster_uuid = informers.get(CONFIGMAPS, namespace=CLUSTER_UUID_NAMESPACE,
-                                          field_selector=f"metadata.name={CLUSTER_UUID_CONFIGMAP}")
-        self._informers: tuple[Informer, ...] = (self.clusterpeers, self.secrets, self.capabilities,
-                                                 self.cluster_uuid)
+        self.cluster_uuid = informers.get_object(CONFIGMAPS, CLUSTER_UUID_CONFIGMAP,
+                                                 namespace=CLUSTER_UUID_NAMESPACE)
+        self._informers: tuple[Informer | ObjectPoller, ...] = (
+            self.clusterpeers, self.secrets, self.capabilities, self.cluster_uuid)
         self.generation = 0
         self.registry: Registry = Registry.empty()
         self.certificates: Certificates | None = None

@@ -6,8 +6,9 @@ session, rebuilt here with the process's resolver so that lab host names are rea
 kubernetes-asyncio APIs remain usable on `session.api_client`; the control loop itself uses `request`, `get`,
 `list`, `watch`, `create`, `update`, `patch` and `delete` on any resource path and gets dicts back.
 
-Every write (POST, PUT, PATCH, DELETE; not the reviews, which store nothing) is counted, in `writes` / `write_counts` and in the Prometheus counter
-`peering_api_writes_total`, so a test or a benchmark can assert that a steady state makes no writes.
+Every write (POST, PUT, PATCH, DELETE; not the reviews, which store nothing) is counted, in `writes` /
+`write_counts` and in the Prometheus counter `peering_api_writes_total`, so a test or a benchmark can assert
+that a steady state makes no writes.
 """
 
 from __future__ import annotations

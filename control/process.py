@@ -30,7 +30,7 @@ from control.config import Settings
 from control.feed import CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE, Feed, Sink, cluster_uuid_from
 from control.kube import CONFIGMAPS, SECRETS, KubeSession
 from control.lease import LeaderElector
-from control.watch import Informer, Informers
+from control.watch import Informers, ObjectPoller
 from control.workqueue import Controller, Reconciler
 from control import reconcilers
 
@@ -94,9 +94,9 @@ class Context:
     def namespace(self) -> str:
         return self.settings.kube.namespace
 
-    def cluster_uuid_informer(self) -> Informer:
-        return self.informers.get(CONFIGMAPS, namespace=CLUSTER_UUID_NAMESPACE,
-                                  field_selector=f"metadata.name={CLUSTER_UUID_CONFIGMAP}")
+    def cluster_uuid_informer(self) -> ObjectPoller:
+        """The shared reader of kube-system/d8-cluster-uuid (a GET poller: the process may only get it)."""
+        return self.informers.get_object(CONFIGMAPS, CLUSTER_UUID_CONFIGMAP, namespace=CLUSTER_UUID_NAMESPACE)
 
     def cluster_uuid(self) -> str:
         """This cluster's UUID from the cache ("" until the ConfigMap is seen)."""

@@ -217,13 +217,82 @@ def _typed(resource: Resource, obj: dict) -> dict:
     return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
 
 
+class ObjectPoller:
+    """One named object kept current by GET, for objects the process may `get` but not list or watch (the
+    cluster UUID ConfigMap in kube-system: least privilege there is a Role with `get` on that one name).
+
+    It looks like an `Informer` to its readers (store, get, items, synced, subscribe); `synced` is set after the
+    first answer, found or not. Changes show up within `interval` seconds; a missing object or an error is
+    retried sooner, with backoff."""
+
+    def __init__(self, kube: KubeSession, resource: Resource, name: str, *, namespace: str | None = None,
+                 interval: float = 60.0, backoff: JitteredBackoff | None = None) -> None:
+        self.kube = kube
+        self.resource = resource
+        self.name = name
+        self.namespace = namespace
+        self.interval = interval
+        self.backoff = backoff or JitteredBackoff(cap=min(30.0, interval))
+        self.store: dict[str, dict] = {}
+        self.synced = asyncio.Event()
+        self.gets = 0
+        self.last_error: str | None = None
+        self._subscribers: list[Subscriber] = []
+        self._task: asyncio.Task | None = None
+
+    @property
+    def description(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.resource.plural} {where}{self.name}"
+
+    get = Informer.get
+    items = Informer.items
+    subscribe = Informer.subscribe
+    _emit = Informer._emit
+    start = Informer.start
+    stop = Informer.stop
+
+    async def _run(self) -> None:
+        key = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        while True:
+            delay = self.interval
+            try:
+                obj = await self.kube.get_or_none(self.resource, self.name, self.namespace)
+                self.gets += 1
+                self.last_error = None
+                before = self.store.get(key)
+                if obj is None:
+                    delay = self.backoff.next()
+                    if before is not None:
+                        del self.store[key]
+                        self._emit("DELETED", before)
+                else:
+                    self.backoff.reset()
+                    obj = _typed(self.resource, obj)
+                    self.store[key] = obj
+                    if before is None:
+                        self._emit("ADDED", obj)
+                    elif _rv(before) != _rv(obj):
+                        self._emit("MODIFIED", obj)
+                self.synced.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                delay = self.backoff.next()
+                log.warning("reading an object failed, retrying", extra={"object": self.description,
+                                                                       "error": self.last_error,
+                                                                       "retry_in": round(delay, 3)})
+            await asyncio.sleep(delay)
+
+
 class Informers:
     """The process's informers, one per (resource, namespace, selectors); owns and stops their tasks."""
 
     def __init__(self, kube: KubeSession, *, watch_timeout: int = 300) -> None:
         self.kube = kube
         self.watch_timeout = watch_timeout
-        self._informers: dict[tuple, Informer] = {}
+        self._informers: dict[tuple, Informer | ObjectPoller] = {}
         self._started = False
 
     def get(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
@@ -238,6 +307,18 @@ class Informers:
             if self._started:
                 informer.start()
         return informer
+
+    def get_object(self, resource: Resource, name: str, *, namespace: str | None = None,
+                   interval: float = 60.0) -> ObjectPoller:
+        """The shared poller of one named object (see `ObjectPoller`: for objects we may get but not watch)."""
+        key = ("object", resource, namespace, name)
+        poller = self._informers.get(key)
+        if poller is None:
+            poller = ObjectPoller(self.kube, resource, name, namespace=namespace, interval=interval)
+            self._informers[key] = poller
+            if self._started:
+                poller.start()
+        return poller
 
     def __iter__(self):
         return iter(list(self._informers.values()))

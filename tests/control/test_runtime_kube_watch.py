@@ -222,3 +222,42 @@ async def test_a_bearer_token_session_authenticates_as_its_serviceaccount(api, t
             "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
         assert review["status"]["userInfo"]["username"] == f"system:serviceaccount:{NAMESPACE}:peering"
         assert session.writes == 0, "a review stores nothing and is not counted as a write"
+
+
+async def test_object_poller_follows_one_object_with_get_only(api, tmp_path):
+    from lab.apiserver.testing import issue_client_cert, write_kubeconfig
+
+    server, _ = api
+    # A user who may only get this one ConfigMap, as the chart grants the process for the cluster UUID.
+    server.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": "uuid-reader", "namespace": NAMESPACE},
+                   "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["polled"],
+                              "verbs": ["get"]}]})
+    server.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": "uuid-reader", "namespace": NAMESPACE},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "uuid-reader"},
+                   "subjects": [{"kind": "User", "name": "reader"}]})
+    cert, key = issue_client_cert(server, "reader")
+    path = write_kubeconfig(tmp_path / "reader", server.url, server.test_ca.cert_pem.bytes(), cert, key)
+    async with await k.KubeSession.connect(str(path)) as session:
+        informers = Informers(session)
+        poller = informers.get_object(k.CONFIGMAPS, "polled", namespace=NAMESPACE, interval=0.05)
+        assert informers.get_object(k.CONFIGMAPS, "polled", namespace=NAMESPACE) is poller
+        poller.backoff.base = poller.backoff.cap = 0.05
+        events = Events()
+        poller.subscribe(events)
+        informers.start()
+        try:
+            await informers.wait_synced()
+            assert poller.items() == [] and poller.last_error is None
+            server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm("polled", v="1")})
+            await eventually(lambda: events.seen == [("ADDED", "polled")], what="ADDED")
+            obj = server.get("", "configmaps", "polled", NAMESPACE)
+            server.update({**obj, "data": {"v": "2"}})
+            await eventually(lambda: events.seen[-1] == ("MODIFIED", "polled"), what="MODIFIED")
+            assert poller.get("polled", NAMESPACE)["data"] == {"v": "2"}
+            server.delete("", "configmaps", "polled", NAMESPACE)
+            await eventually(lambda: events.seen[-1] == ("DELETED", "polled"), what="DELETED")
+            assert len(events.seen) == 3, "an unchanged object is not reported again"
+        finally:
+            await informers.stop()
