@@ -59,10 +59,27 @@ RBAC_KINDS = {"Role": ROLES, "RoleBinding": ROLEBINDINGS, "ClusterRole": CLUSTER
 #: The longest a healthy peering waits between passes (self-check, renewal, invite expiry are all re-checked).
 MAX_REQUEUE = 300.0
 CREDENTIALS_UNDELIVERED = "CredentialsPending"
+#: Writes of one pass in flight at once (hundreds of Roles for a peer with many projects).
+WRITE_CONCURRENCY = 16
 
 
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
+
+
+async def bounded(coros: list, limit: int = WRITE_CONCURRENCY) -> None:
+    """Run the writes with at most `limit` in flight; the first failure is raised after all finished."""
+    if not coros:
+        return
+    gate = asyncio.Semaphore(limit)
+
+    async def one(coro):
+        async with gate:
+            return await coro
+    results = await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
 
 
 def provider_name(clusterpeer: str) -> str:
@@ -292,7 +309,6 @@ class ClusterPeerReconciler:
         grants = grants_rules.desired_grants(cp, peer_uuid, eff.effective, local,
                                              project_rules.paired_namespaces(pairs)) if complete \
             else grants_rules.Grants()
-        await self._apply_grants(key, grants.objects)
         token_exchange = None
         access = None
         if complete:
@@ -306,9 +322,6 @@ class ClusterPeerReconciler:
                           "key yet (POST /peering/v1/credentials); retrying")
         ready_sync = cond.readiness(cond.PeeringState(ptype, "complete", sync_error=sync_error), now).ready \
             if sync_error else None
-        await self._apply_project_peers(cp, peer_uuid, pairs, eff.effective, reachable=not unreachable,
-                                        reason=ready_sync.reason if ready_sync else "",
-                                        message=ready_sync.message if ready_sync else "")
 
         selfcheck = None
         if self.selfcheck is not None:
@@ -334,6 +347,12 @@ class ClusterPeerReconciler:
                 return Result()
         if complete and offer != mem.notified_offer:
             await self._notify(key, mem, values, offer, first=mem.notified_offer is None)
+        # The many objects that follow from the offer come after the status: the peer gets our offer (and the
+        # administrator the state) without waiting for hundreds of Roles. A failure here retries the pass.
+        await self._apply_grants(key, grants.objects)
+        await self._apply_project_peers(cp, peer_uuid, pairs, eff.effective, reachable=not unreachable,
+                                        reason=ready_sync.reason if ready_sync else "",
+                                        message=ready_sync.message if ready_sync else "")
         return Result(requeue_after=min(waits))
 
     # -- invite ------------------------------------------------------------------------------------------------
@@ -535,21 +554,28 @@ class ClusterPeerReconciler:
 
     async def _apply_grants(self, key: str, desired: list[dict]) -> None:
         diff = grants_rules.diff_objects(desired, self._existing_rbac(key), key)
-        for obj in diff.delete:
+
+        async def delete(obj: dict) -> None:
             meta = obj.get("metadata") or {}
             try:
                 await self.kube.delete(RBAC_KINDS[obj["kind"]], meta["name"], meta.get("namespace"))
             except NotFound:
                 pass
-        for obj in diff.create:
+
+        async def create(obj: dict) -> None:
             try:
                 await self.kube.create(RBAC_KINDS[obj["kind"]], obj)
             except AlreadyExists:
                 pass  # the cache lags our own write; the next pass compares again
             except NotFound:
                 pass  # the namespace went away meanwhile; the pair goes with it
-        for obj in diff.update:
+
+        async def update(obj: dict) -> None:
             await self.kube.update(RBAC_KINDS[obj["kind"]], obj)
+
+        await bounded([delete(o) for o in diff.delete])
+        await bounded([create(o) for o in diff.create])
+        await bounded([update(o) for o in diff.update])
 
     async def _provider(self, cp: dict, peer: dict | None, peer_uuid: str, own_uuid: str,
                         effective: list[str]) -> cond.Cond:
@@ -601,25 +627,29 @@ class ClusterPeerReconciler:
                     and (o.get("metadata") or {}).get("name") == key]
         have = {(o["metadata"].get("namespace"), o["metadata"]["name"]) for o in existing}
         want = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in desired}
-        for obj in existing:
+
+        async def delete(obj: dict) -> None:
             meta = obj["metadata"]
-            if (meta.get("namespace"), meta["name"]) not in want:
-                try:
-                    await self.kube.delete(PROJECTPEERS, meta["name"], meta.get("namespace"))
-                except NotFound:
-                    pass
-        for obj in desired:
-            meta = obj["metadata"]
-            if (meta["namespace"], meta["name"]) in have:
-                continue
+            try:
+                await self.kube.delete(PROJECTPEERS, meta["name"], meta.get("namespace"))
+            except NotFound:
+                pass
+
+        async def create(obj: dict) -> None:
             try:
                 created = await self.kube.create(PROJECTPEERS, {k: v for k, v in obj.items() if k != "status"})
             except (AlreadyExists, NotFound):
-                continue
+                return
             # The status subresource ignores status on create: write it through /status.
             await self.kube.update_status(PROJECTPEERS, {**created, "status": obj["status"]})
-        for obj in project_rules.status_updates(desired, existing):
+
+        async def update(obj: dict) -> None:
             try:
                 await self.kube.update_status(PROJECTPEERS, obj)
             except (Conflict, NotFound):
                 pass  # the next pass compares again
+
+        await bounded([delete(o) for o in existing
+                       if (o["metadata"].get("namespace"), o["metadata"]["name"]) not in want])
+        await bounded([create(o) for o in desired if (o["metadata"]["namespace"], o["metadata"]["name"]) not in have])
+        await bounded([update(o) for o in project_rules.status_updates(desired, existing)])
