@@ -324,6 +324,18 @@ def describe_peer(obj: dict | None) -> str:
             f"reason={ready.get('reason')!r} message={ready.get('message')!r}")
 
 
+def parse_table(text: str) -> list[dict[str, str]]:
+    """Rows of a kubectl table by column name; columns are cut where the header's names start, as kubectl aligns
+    them, so an empty cell stays empty."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    starts = [m.start() for m in re.finditer(r"\S+", lines[0])]
+    names = lines[0].split()
+    ends = starts[1:] + [None]
+    return [{n: line[a:b].strip() for n, a, b in zip(names, starts, ends)} for line in lines[1:]]
+
+
 # --- manifests -------------------------------------------------------------------------------------------------
 
 def invite_manifest(name: str, ttl: str = "1h", expected_cluster_uuid: str | None = None,
@@ -509,6 +521,21 @@ class Story:
     def say(self, text: str) -> None:
         self.out(f"# {text}")
 
+    def expect_row(self, k: Kubectl, args: tuple[str, ...], name: str, **columns: str) -> None:
+        """Show `kubectl get` as a table and check the row `name`: each column as given (`EFFECTIVE` contains it)."""
+        self.expect_rows(k, args, {name: columns})
+
+    def expect_rows(self, k: Kubectl, args: tuple[str, ...], want: dict[str, dict[str, str]]) -> None:
+        done = k.ok(self.step, *args)
+        rows = {r.get("NAME"): r for r in parse_table(done.stdout)}
+        for name, columns in want.items():
+            row = rows.get(name)
+            got = {c: (row or {}).get(c) for c in columns}
+            if row is None or any(got[c] != v and not (c == "EFFECTIVE" and v in (got[c] or ""))
+                                  for c, v in columns.items()):
+                raise StepFailed(self.step, f"{k.prompt} {k.command(args)}", f"{name}: {columns}",
+                                 f"{name}: {got}" if row is not None else done.stdout.strip() or "no rows")
+
     def until(self, what: str, command: str, probe: Callable[[], tuple[bool, str]],
               timeout: float | None = None) -> str:
         """Poll `probe` (-> (done, what was seen)) until done; StepFailed with the last observation otherwise."""
@@ -537,6 +564,19 @@ class Story:
 
         self.until(want, f"{k.prompt} kubectl get clusterpeer {name} -o json", probe, timeout)
         return holder["obj"]
+
+    def apply_join(self, name: str, connection_string: str, capabilities: list[str] | None = None) -> None:
+        """`b$ kubectl apply` a Join ClusterPeer; the one-time string is shown shortened, applied in full."""
+        shown = join_manifest(name, shorten(connection_string), capabilities)
+        self.out(f"b$ kubectl apply -f - <<EOF\n{shown.rstrip()}\nEOF")
+        done = self.b.ok(self.step, "apply", "-f", "-", stdin=join_manifest(name, connection_string, capabilities),
+                         show=False)
+        self.out(done.stdout.rstrip())
+
+    def show_ready_message(self, k: Kubectl, name: str) -> None:
+        k.ok(self.step, "get", "clusterpeer", name, "-o",
+             'jsonpath={.status.conditions[?(@.type=="Ready")].reason}: '
+             '{.status.conditions[?(@.type=="Ready")].message}{"\\n"}')
 
     def wait_projectpeer(self, k: Kubectl, name: str, state: str, timeout: float | None = None) -> dict:
         holder: dict = {}
@@ -579,7 +619,7 @@ class Story:
         self.title("1", "Cluster a invites cluster b")
         self.a.ok(self.step, "apply", "-f", "-", stdin=invite_manifest(name))
         self.connection_string = self.read_connection_string(name)
-        self.a.ok(self.step, "get", "clusterpeers")
+        self.expect_row(self.a, ("get", "clusterpeers"), name, PHASE="Pending")
         return self.connection_string
 
     # 2
@@ -587,14 +627,11 @@ class Story:
     def step2_join(self, name: str = "cluster-a", inviter: str = "cluster-b") -> None:
         self.title("2", "Cluster b joins with the connection string")
         self.say("the string travels to b's administrator over a secure channel")
-        shown = join_manifest(name, shorten(self.connection_string))
-        self.out(f"b$ kubectl apply -f - <<EOF\n{shown.rstrip()}\nEOF")
-        self.b.ok(self.step, "apply", "-f", "-", stdin=join_manifest(name, self.connection_string), show=False)
-        self.out(f"clusterpeer.peering.deckhouse.io/{name} created")
+        self.apply_join(name, self.connection_string)
         self.wait_peer(self.b, name, "Active", "True")
         self.wait_peer(self.a, inviter, "Active", "True")
-        self.b.ok(self.step, "get", "clusterpeers")
-        self.a.ok(self.step, "get", "clusterpeers")
+        self.expect_row(self.b, ("get", "clusterpeers"), name, PHASE="Active", READY="True")
+        self.expect_row(self.a, ("get", "clusterpeers"), inviter, PHASE="Active", READY="True")
 
     # 3
 
@@ -609,7 +646,7 @@ class Story:
                 return c.get("status") == "True", f"Accepted={c.get('status')!r} reason={c.get('reason')!r} " \
                                                   f"message={c.get('message')!r}"
             self.until("ACCEPTED True", f"{k.prompt} kubectl get peeringcapability {CAPABILITY}", accepted)
-            k.ok(self.step, "get", "peeringcapabilities")
+            self.expect_row(k, ("get", "peeringcapabilities"), CAPABILITY, ACCEPTED="True")
         patch = json.dumps({"spec": {"capabilities": [CAPABILITY]}})
         self.a.ok(self.step, "patch", "clusterpeer", a_peer, "--type=merge", "-p", patch)
         self.b.ok(self.step, "patch", "clusterpeer", b_peer, "--type=merge", "-p", patch)
@@ -620,8 +657,8 @@ class Story:
                 return CAPABILITY in eff, f"effectiveCapabilities={eff!r}; {describe_peer(obj)}"
             self.until(f"EFFECTIVE lists {CAPABILITY}", f"{k.prompt} kubectl get clusterpeer {name} -o json",
                        effective)
-        self.a.ok(self.step, "get", "clusterpeers")
-        self.b.ok(self.step, "get", "clusterpeers")
+        self.expect_row(self.a, ("get", "clusterpeers"), a_peer, PHASE="Active", READY="True", EFFECTIVE=CAPABILITY)
+        self.expect_row(self.b, ("get", "clusterpeers"), b_peer, PHASE="Active", READY="True", EFFECTIVE=CAPABILITY)
 
     # 4
 
@@ -632,7 +669,7 @@ class Story:
         self.say("the same on b (its ConfigMap is price-list-b)")
         for k, name in ((self.a, a_peer), (self.b, b_peer)):
             self.wait_projectpeer(k, name, "Paired")
-            k.ok(self.step, "-n", PROJECT, "get", "projectpeers")
+            self.expect_row(k, ("-n", PROJECT, "get", "projectpeers"), name, STATE="Paired")
 
     # 5
 
@@ -748,7 +785,7 @@ class Story:
         if done.stdout.strip() != "<omitted>":
             raise StepFailed(self.step, f"a (auditor)$ kubectl {_quote(list(cmd))}", "<omitted>",
                              shorten(done.stdout.strip()) if done.stdout.strip() else "empty")
-        auditor.ok(self.step, "get", "clusterpeers")
+        self.expect_row(auditor, ("get", "clusterpeers"), a_peer, PHASE="Active", READY="True")
 
     # 7
 
@@ -757,14 +794,15 @@ class Story:
         self.say("a's peering process stops (the lab stops it as a failed node would)")
         self.lab.stop_peering("a")
         self.wait_projectpeer(self.b, b_peer, "PeerUnreachable")
-        self.b.ok(self.step, "-n", PROJECT, "get", "projectpeers")
+        self.expect_row(self.b, ("-n", PROJECT, "get", "projectpeers"), b_peer, STATE="PeerUnreachable")
         self.wait_peer(self.b, b_peer, "Active", "False", "PeerUnreachable")
-        self.b.ok(self.step, "get", "clusterpeers")
+        self.expect_row(self.b, ("get", "clusterpeers"), b_peer, PHASE="Active", READY="False")
+        self.show_ready_message(self.b, b_peer)
         self.say("a comes back")
         self.lab.start_peering("a")
         self.wait_projectpeer(self.b, b_peer, "Paired")
         self.wait_peer(self.b, b_peer, "Active", "True")
-        self.b.ok(self.step, "-n", PROJECT, "get", "projectpeers")
+        self.expect_row(self.b, ("-n", PROJECT, "get", "projectpeers"), b_peer, STATE="Paired")
         if self.consumer is not None:
             self.say("the consumer's watch broke with a's gateway; its controller watches again")
             self.open_watch("price-list-a-winter")
@@ -785,11 +823,9 @@ class Story:
                              f"still open after {took:.2f}s")
         self.out(f"{self.consumer.prompt} (the watch ended {took:.2f}s after the deletion, exit {code})")
         self.refused(self.consumer, "get", "configmaps", "-n", PROJECT)
-        peer = self.wait_peer(self.b, b_peer, "Active", "False", "PeerRefusedCertificate")
-        self.b.ok(self.step, "get", "clusterpeers")
-        self.out(f"b$ kubectl get clusterpeer {b_peer} -o jsonpath='{{.status.conditions[?(@.type==\"Ready\")]"
-                 f".message}}'")
-        self.out(condition(peer, "Ready").get("message", ""))
+        self.wait_peer(self.b, b_peer, "Active", "False", "PeerRefusedCertificate")
+        self.expect_row(self.b, ("get", "clusterpeers"), b_peer, PHASE="Active", READY="False")
+        self.show_ready_message(self.b, b_peer)
         self.watch.close()
         self.watch = None
 
@@ -799,9 +835,9 @@ class Story:
         self.title("9", "The module is disabled and enabled again on b")
         self.disable_module("b")
         self.enable_module("b")
-        peer = self.wait_peer(self.b, b_peer, "Error", "False", "CredentialsFromOtherCA")
-        self.b.ok(self.step, "get", "clusterpeers")
-        self.out(condition(peer, "Ready").get("message", ""))
+        self.wait_peer(self.b, b_peer, "Error", "False", "CredentialsFromOtherCA")
+        self.expect_row(self.b, ("get", "clusterpeers"), b_peer, PHASE="Error", READY="False")
+        self.show_ready_message(self.b, b_peer)
 
     def step9_anew(self, a_peer: str = "cluster-b", b_peer: str = "cluster-a") -> None:
         """After a re-enable: the peering established anew on both clusters, and the consumer reads again."""
@@ -811,10 +847,7 @@ class Story:
             self.a.ok(self.step, "delete", "clusterpeer", a_peer)
         self.a.ok(self.step, "apply", "-f", "-", stdin=invite_manifest(a_peer, capabilities=[CAPABILITY]))
         self.connection_string = self.read_connection_string(a_peer)
-        self.b.ok(self.step, "apply", "-f", "-", stdin=join_manifest(b_peer, self.connection_string, [CAPABILITY]),
-                  show=False)
-        shown = join_manifest(b_peer, shorten(self.connection_string), [CAPABILITY])
-        self.out(f"b$ kubectl apply -f - <<EOF\n{shown.rstrip()}\nEOF")
+        self.apply_join(b_peer, self.connection_string, [CAPABILITY])
         for k, name in ((self.b, b_peer), (self.a, a_peer)):
             def effective(k: Kubectl = k, name: str = name) -> tuple[bool, str]:
                 obj = k.get_optional("clusterpeer", name)
@@ -824,7 +857,7 @@ class Story:
                 return done and CAPABILITY in eff, f"effectiveCapabilities={eff!r}; {describe_peer(obj)}"
             self.until(f"Active, Ready True, EFFECTIVE {CAPABILITY}", f"{k.prompt} kubectl get clusterpeer {name}",
                        effective)
-        self.b.ok(self.step, "get", "clusterpeers")
+        self.expect_row(self.b, ("get", "clusterpeers"), b_peer, PHASE="Active", READY="True", EFFECTIVE=CAPABILITY)
         self.wait_projectpeer(self.b, b_peer, "Paired")
         self.say("the consumer takes the new CA from status.access and reads again")
         consumer = self.consumer_kubeconfig(CONSUMER, b_peer)
@@ -873,24 +906,27 @@ class Story:
         self.title("J", "Connection strings that cannot be used")
         self.say("a string past its expiry")
         expired = expired_copy(self.connection_string)
-        self.b.ok(self.step, "apply", "-f", "-", stdin=join_manifest("stale", expired), show=False)
+        self.apply_join("stale", expired)
         self.report_refusal("stale", "Expired")
         self.say("the string b already used, again")
-        self.b.ok(self.step, "apply", "-f", "-", stdin=join_manifest("again", self.connection_string), show=False)
+        self.apply_join("again", self.connection_string)
         self.report_refusal("again", "TokenUsed")
         self.say("a string a issued for another cluster only")
         self.a.ok(self.step, "apply", "-f", "-",
                   stdin=invite_manifest("cluster-c", expected_cluster_uuid=str(uuid.uuid4())))
         other = self.read_connection_string("cluster-c")
-        self.b.ok(self.step, "apply", "-f", "-", stdin=join_manifest("for-c", other), show=False)
+        self.apply_join("for-c", other)
         self.report_refusal("for-c", "ClusterNotExpected")
-        self.b.ok(self.step, "get", "clusterpeers")
+        reasons = {"stale": "Expired", "again": "TokenUsed", "for-c": "ClusterNotExpected"}
+        self.expect_rows(self.b, ("get", "clusterpeers", *reasons, "-o", "custom-columns=NAME:.metadata.name,"
+                                  "PHASE:.status.phase,REASON:.status.conditions[?(@.type==\"Ready\")].reason"),
+                         {name: {"PHASE": "Error", "REASON": reason} for name, reason in reasons.items()})
         self.b.ok(self.step, "delete", "clusterpeer", "stale", "again", "for-c")
         self.a.ok(self.step, "delete", "clusterpeer", "cluster-c")
 
     def report_refusal(self, name: str, reason: str) -> None:
-        peer = self.wait_peer(self.b, name, "Error", "False", reason, timeout=min(self.timeout, 10.0))
-        self.out(f"b$ kubectl get clusterpeer {name}: phase Error, {reason}: {condition(peer, 'Ready').get('message')}")
+        self.wait_peer(self.b, name, "Error", "False", reason, timeout=min(self.timeout, 10.0))
+        self.show_ready_message(self.b, name)
 
     # the demo
 
