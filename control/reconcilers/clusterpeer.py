@@ -178,6 +178,8 @@ class ClusterPeerReconciler:
         self.projects = inf.get(PROJECTS)
         self.projectpeers = inf.get(PROJECTPEERS, label_selector=MANAGED_BY)
         self.rbac = {kind: inf.get(res, label_selector=MANAGED_BY) for kind, res in RBAC_KINDS.items()}
+        join_tls = f"metadata.name={JOIN_CA_SECRET}"
+        self.join_tls = inf.get(SECRETS, namespace=self.namespace, field_selector=join_tls)
         every = self._every_key
         owned = self._owner_keys
         self.watches = (
@@ -189,6 +191,8 @@ class ClusterPeerReconciler:
             Watch(PROJECTS, keys=every),
             Watch(PROJECTPEERS, label_selector=MANAGED_BY, keys=owned),
             *(Watch(res, label_selector=MANAGED_BY, keys=owned) for res in RBAC_KINDS.values()),
+            # Only read when a string is issued; watched so that the cache is synced before the first one.
+            Watch(SECRETS, namespace=self.namespace, field_selector=join_tls, keys=lambda e, o: ()),
         )
 
     async def close(self) -> None:
@@ -231,10 +235,7 @@ class ClusterPeerReconciler:
     def _join_ca(self) -> str | None:
         """The CA of the join endpoint's certificate when it is in the module's Secret (a private CA travels in
         the connection string); None means the certificate is publicly trusted."""
-        secret = self.ctx.informers.get(SECRETS, namespace=self.namespace,
-                                        field_selector=f"metadata.name={JOIN_CA_SECRET}").get(JOIN_CA_SECRET,
-                                                                                              self.namespace)
-        values = creds.secret_values(secret)
+        values = creds.secret_values(self.join_tls.get(JOIN_CA_SECRET, self.namespace))
         return values.get("ca.crt") or None
 
     # -- the pass ----------------------------------------------------------------------------------------------

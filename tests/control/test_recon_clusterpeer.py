@@ -138,3 +138,25 @@ async def test_join_with_garbage_is_malformed_and_unreachable_inviter_is_pending
     secret = x.api.get("", "secrets", "peer-nowhere", "d8-peering")
     assert set(secret["data"]) == {"client.key"}
     assert secret["metadata"]["ownerReferences"][0]["name"] == "nowhere"
+
+
+async def test_a_private_join_ca_travels_in_the_string(world):
+    """With CustomCertificate from a private CA, the joiner cannot trust the join endpoint by the system roots:
+    the CA of the join Secret's ca.crt goes into the string (and only the CA, never a key)."""
+    x, runtime = world
+    from control import pki
+    from control.kube import SECRETS
+
+    private = pki.create_ca("private", now=datetime.datetime.now(datetime.timezone.utc))
+    import base64
+
+    x.api.create({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                  "metadata": {"name": "peering-join-tls", "namespace": "d8-peering"},
+                  "data": {"ca.crt": base64.b64encode(private.cert_pem.encode()).decode()}})
+    cache = runtime.informers.get(SECRETS, namespace="d8-peering", field_selector="metadata.name=peering-join-tls")
+    await until(lambda: cache.get("peering-join-tls", "d8-peering"), what="the join Secret in the cache")
+    create_invite(x, "private-ca")
+    inv = connstring.decode(await connection_string(x, "private-ca"),
+                            now=datetime.datetime.now(datetime.timezone.utc))
+    assert inv.join_ca_pem is not None
+    assert pki.fingerprint(inv.join_ca_pem) == pki.fingerprint(private.cert_pem)
