@@ -1,5 +1,5 @@
-"""`peering run` as a real process: it binds OS-chosen ports, reports them, becomes ready, and on SIGTERM stops
-cleanly and releases its Lease."""
+"""`peering run` as a real process: it binds OS-chosen ports, reports them, becomes ready, and on SIGTERM or
+SIGINT stops cleanly and releases its Lease."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import signal
 import sys
 
 import aiohttp
+import pytest
 
 from tests.control.conftest import NAMESPACE, eventually
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-async def test_peering_run_serves_readyz_and_stops_on_sigterm(api, tmp_path):
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_peering_run_serves_readyz_and_stops_on_a_signal(api, tmp_path, stop_signal):
     server, kubeconfig = api
     ports_file = tmp_path / "ports.json"
     proc = await asyncio.create_subprocess_exec(
@@ -53,7 +55,7 @@ async def test_peering_run_serves_readyz_and_stops_on_sigterm(api, tmp_path):
         assert lease["spec"]["holderIdentity"] == "replica-1"
         assert server.get("", "secrets", "peering-ca", NAMESPACE) is not None
 
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(stop_signal)
         await asyncio.wait_for(proc.wait(), 20)
         stderr = (await proc.stderr.read()).decode()
         assert proc.returncode == 0, stderr[-3000:]
@@ -62,7 +64,7 @@ async def test_peering_run_serves_readyz_and_stops_on_sigterm(api, tmp_path):
         assert len(lines) == len([x for x in stderr.splitlines() if x.strip()]), "every log line is JSON"
         assert "BEGIN" not in stderr and "PRIVATE KEY" not in stderr
         lease = server.get("coordination.k8s.io", "leases", "peering", NAMESPACE)
-        assert "holderIdentity" not in lease["spec"], "the Lease is released on SIGTERM"
+        assert "holderIdentity" not in lease["spec"], "the Lease is released on the way out"
     finally:
         if proc.returncode is None:
             proc.kill()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from control.workqueue import Backoff, Result, Runner, TokenBucket, WorkQueue, key_of, split_key
 
@@ -183,3 +185,33 @@ async def test_stop_cancels_a_reconcile_in_flight():
     await runner.stop()
     assert cancelled.is_set()
     assert not runner.running
+
+
+@given(st.lists(st.tuples(st.sampled_from(["add", "get", "done"]), st.sampled_from("abc")), max_size=60))
+@settings(max_examples=200, deadline=None)
+def test_queue_invariants_hold_for_any_sequence(ops):
+    """Whatever the order of adds, gets and dones: a key is queued at most once, never queued while being
+    processed, and a key added during processing comes back after done."""
+
+    async def run():
+        q = WorkQueue()
+        added_while_processing: set[str] = set()
+        for op, key in ops:
+            if op == "add":
+                if key in q.processing:
+                    added_while_processing.add(key)
+                q.add(key)
+            elif op == "get" and len(q):
+                got = await q.get()
+                assert got not in added_while_processing
+            elif op == "done" and key in q.processing:
+                q.done(key)
+                if key in added_while_processing:
+                    assert key in q._queue
+                    added_while_processing.discard(key)
+            queued = list(q._queue)
+            assert len(queued) == len(set(queued))
+            assert not set(queued) & q.processing
+        q.shutdown()
+
+    asyncio.run(run())
