@@ -261,3 +261,30 @@ async def test_object_poller_follows_one_object_with_get_only(api, tmp_path):
             assert len(events.seen) == 3, "an unchanged object is not reported again"
         finally:
             await informers.stop()
+
+
+async def test_the_session_reaches_a_lab_host_name_through_the_resolver(api, tmp_path):
+    from gateway.resolve import OverrideResolver
+    from lab.apiserver.testing import issue_client_cert, write_kubeconfig
+
+    server, _ = api
+    cert, key = issue_client_cert(server, "lab-admin", ["system:masters"])
+    # The serving certificate names api.lab.lab, which no DNS knows: only the resolver map leads there.
+    path = write_kubeconfig(tmp_path / "named", f"https://api.lab.lab:{server.port}",
+                            server.test_ca.cert_pem.bytes(), cert, key)
+    resolver = OverrideResolver({"api.lab.lab": f"127.0.0.1:{server.port}"})
+    try:
+        async with await k.KubeSession.connect(str(path), resolver=resolver) as session:
+            ns = await session.get(k.NAMESPACES, NAMESPACE)
+            assert ns["metadata"]["name"] == NAMESPACE
+            assert session.credentials().server == f"https://api.lab.lab:{server.port}"
+    finally:
+        await resolver.close()
+
+
+async def test_a_broken_kubeconfig_says_which_file_and_flag(tmp_path):
+    path = tmp_path / "broken"
+    path.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    with pytest.raises(ValueError, match="check --kubeconfig") as err:
+        await k.KubeSession.connect(str(path))
+    assert str(path) in str(err.value)
