@@ -40,7 +40,7 @@ from typing import Awaitable, Callable, TypeVar
 
 import yaml
 
-from lab.cluster import EGRESS_HOST, Lab, LabCluster, default_peering_command
+from lab.cluster import DEX_CLIENT_ID, EGRESS_HOST, NAMESPACE, Lab, LabCluster, default_peering_command
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
@@ -113,8 +113,7 @@ def lab_peering_command(cluster: LabCluster) -> list[str] | None:
         return None
     kubeconfig = module_kubeconfig(cluster)
     if not kubeconfig.exists():
-        kubeconfig.write_bytes(cluster.path("peering-kubeconfig").read_bytes())
-        kubeconfig.chmod(0o600)
+        write_private(kubeconfig, cluster.path("peering-kubeconfig").read_text())
     if "--kubeconfig" in cmd:
         cmd[cmd.index("--kubeconfig") + 1] = str(kubeconfig)
     else:
@@ -408,11 +407,16 @@ def write_token_kubeconfig(path: pathlib.Path, server: str, ca_pem: bytes, token
            "users": [{"name": "u", "user": {"token": token}}],
            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
            "current-context": "c"}
-    # Private from the first byte: it holds a token.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(yaml.safe_dump(doc, sort_keys=False))
+    write_private(path, yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def write_private(path: pathlib.Path, text: str) -> None:
+    """Write a file that holds a token: readable by its owner only, from the first byte."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def expired_copy(connection_string: str) -> str:
@@ -872,7 +876,7 @@ class Story:
         k = self.a if name == "a" else self.b
         self.say(f"ModuleConfig peering: enabled: false on {name}")
         self.lab.stop_peering(name)
-        k.ok(self.step, "delete", "namespace", "d8-peering", "--timeout=20s")
+        k.ok(self.step, "delete", "namespace", NAMESPACE, "--timeout=20s")
 
     def enable_module(self, name: str) -> None:
         """What Deckhouse does when the module is enabled again: the chart's objects (namespace, ServiceAccount,
@@ -884,18 +888,15 @@ class Story:
         k.ok(self.step, "apply", "--server-side", "--force-conflicts", "--field-manager=deckhouse", "-f", "-",
              stdin=chart, show=False)
         dex_client = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                      "metadata": {"name": "dex-client", "namespace": "d8-peering"},
-                      "data": {"clientID": base64.b64encode(b"peering").decode(),
+                      "metadata": {"name": "dex-client", "namespace": NAMESPACE},
+                      "data": {"clientID": base64.b64encode(DEX_CLIENT_ID.encode()).decode(),
                                "clientSecret": base64.b64encode(cluster.dex_client_secret.encode()).decode()}}
         k.ok(self.step, "apply", "-f", "-", stdin=json.dumps(dex_client), show=False)
-        token = k.ok(self.step, "create", "token", "peering", "-n", "d8-peering", "--duration", "24h",
+        token = k.ok(self.step, "create", "token", "peering", "-n", NAMESPACE, "--duration", "24h",
                      show=False).stdout.strip()
         doc = yaml.safe_load(module_kubeconfig(cluster).read_text())
         doc["users"][0]["user"] = {"token": token}
-        path = module_kubeconfig(cluster)
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(yaml.safe_dump(doc, sort_keys=False))
+        write_private(module_kubeconfig(cluster), yaml.safe_dump(doc, sort_keys=False))
         self.lab.start_peering(name)
 
     # refusals of a join
