@@ -4,7 +4,10 @@ through celpy), answering 422 Invalid with one cause per failing field."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
+import ipaddress
 import json
 import re
 from functools import lru_cache
@@ -205,9 +208,57 @@ def _to_jsonschema(schema):
     return out
 
 
+# The string formats kube-apiserver checks in CRD schemas (go-openapi strfmt); other formats pass as in kube.
+_FORMATS = jsonschema.FormatChecker(formats=())
+_DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:?\d{2})$")
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
+
+
+@_FORMATS.checks("date-time")
+def _is_date_time(value) -> bool:
+    return not isinstance(value, str) or bool(_DATE_TIME.match(value))
+
+
+@_FORMATS.checks("date")
+def _is_date(value) -> bool:
+    return not isinstance(value, str) or bool(re.match(r"^\d{4}-\d{2}-\d{2}$", value))
+
+
+@_FORMATS.checks("uuid")
+def _is_uuid(value) -> bool:
+    return not isinstance(value, str) or bool(_UUID.match(value))
+
+
+@_FORMATS.checks("byte")
+def _is_byte(value) -> bool:
+    if not isinstance(value, str):
+        return True
+    try:
+        base64.b64decode(value, validate=True)
+        return True
+    except (ValueError, binascii.Error):
+        return False
+
+
+@_FORMATS.checks("ipv4")
+def _is_ipv4(value) -> bool:
+    try:
+        return not isinstance(value, str) or isinstance(ipaddress.ip_address(value), ipaddress.IPv4Address)
+    except ValueError:
+        return False
+
+
+@_FORMATS.checks("ipv6")
+def _is_ipv6(value) -> bool:
+    try:
+        return not isinstance(value, str) or isinstance(ipaddress.ip_address(value), ipaddress.IPv6Address)
+    except ValueError:
+        return False
+
+
 @lru_cache(maxsize=256)
 def _validator(schema_json: str):
-    return jsonschema.Draft4Validator(_to_jsonschema(json.loads(schema_json)))
+    return jsonschema.Draft4Validator(_to_jsonschema(json.loads(schema_json)), format_checker=_FORMATS)
 
 
 def _field(parts) -> str:
@@ -253,6 +304,8 @@ def _error_to_cause(err: jsonschema.ValidationError) -> dict:
         return invalid_cause(field, inst, f"{field} in body should be less than or equal to {err.validator_value}")
     if v == "pattern":
         return invalid_cause(field, inst, f"{field} in body should match '{err.validator_value}'")
+    if v == "format":
+        return invalid_cause(field, inst, f"{field} in body must be of type {err.validator_value}: {show(inst)}")
     return invalid_cause(field, inst, err.message)
 
 
@@ -268,6 +321,42 @@ def schema_problems(obj: dict, schema: dict) -> list[dict]:
     validator = _validator(json.dumps(sch, sort_keys=True))
     errs = sorted(validator.iter_errors(body), key=lambda e: list(map(str, e.absolute_path)))
     return [_error_to_cause(e) for e in errs]
+
+
+# ---------------------------------------------------------------- list types
+
+def list_type_problems(value, schema: dict, field: str = "") -> list[dict]:
+    """Duplicates in `x-kubernetes-list-type: set` lists and duplicate keys in `map` lists are 422s."""
+    if not isinstance(schema, dict):
+        return []
+    out = []
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        addl = schema.get("additionalProperties")
+        for k, v in value.items():
+            sub = props.get(k) if k in props else (addl if isinstance(addl, dict) else None)
+            if sub is not None and not (not field and k == "metadata"):
+                out += list_type_problems(v, sub, f"{field}.{k}" if field else k)
+    elif isinstance(value, list):
+        kind = schema.get("x-kubernetes-list-type")
+        keys = schema.get("x-kubernetes-list-map-keys") or ()
+        seen = set()
+        for i, item in enumerate(value):
+            if kind == "set":
+                marker = json.dumps(item, sort_keys=True)
+                if marker in seen:
+                    out.append(cause("FieldValueDuplicate", f"{field}[{i}]", f"Duplicate value: {show(item)}"))
+                seen.add(marker)
+            elif kind == "map" and isinstance(item, dict):
+                marker = json.dumps({k: item.get(k) for k in keys}, sort_keys=True)
+                if marker in seen:
+                    shown = "{" + ", ".join(f"{json.dumps(k)}:{json.dumps(item.get(k))}" for k in keys) + "}"
+                    out.append(cause("FieldValueDuplicate", f"{field}[{i}]",
+                                     f"Duplicate value: map[string]interface {{}}{shown}"))
+                seen.add(marker)
+            if isinstance(schema.get("items"), dict):
+                out += list_type_problems(item, schema["items"], f"{field}[{i}]")
+    return out
 
 
 # ---------------------------------------------------------------- CEL x-kubernetes-validations
@@ -393,6 +482,7 @@ def validate(info: ResourceInfo, obj: dict, old: dict | None, field_validation: 
                 warnings += [f'unknown field "{u}"' for u in unknown]
         apply_defaults(obj, info.schema)
         causes += schema_problems(obj, info.schema)
+        causes += list_type_problems(obj, info.schema)
         if not causes:
             causes += cel_problems(_cel_view(obj), info.schema, _cel_view(old) if old else _MISSING)
     if causes:

@@ -365,3 +365,21 @@ def test_root_cel_rules_see_the_name_and_crd_updates_keep_condition_times():
         bad = dict(crd, metadata={"name": "bad.example.com"})
         objects.create(crd_info, bad)
     assert exc.value.code == 422 and exc.value.details["causes"][0]["field"] == "metadata.name"
+
+
+def test_formats_and_list_types_are_checked_as_kube_does():
+    objects = _objects()
+    info = _peer(objects)
+    obj, _ = objects.create(info, {"metadata": {"name": "lt"}, "spec": JOIN})
+    cond = {"type": "Ready", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "yesterday"}
+    with pytest.raises(errors.ApiError) as exc:
+        objects.update(info, dict(obj, status={"conditions": [cond]}), None, "lt", subresource="status")
+    c = exc.value.details["causes"][0]
+    assert c["field"] == "status.conditions[0].lastTransitionTime" and "date-time" in c["message"]
+    good = dict(cond, lastTransitionTime="2026-01-01T00:00:00Z")
+    with pytest.raises(errors.ApiError) as exc:
+        objects.update(info, dict(obj, status={"conditions": [good, dict(good, status="False")]}), None, "lt",
+                       subresource="status")
+    c = exc.value.details["causes"][0]
+    assert c["reason"] == "FieldValueDuplicate" and c["field"] == "status.conditions[1]"
+    objects.update(info, dict(obj, status={"conditions": [good]}), None, "lt", subresource="status")
