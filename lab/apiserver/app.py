@@ -365,6 +365,9 @@ class ApiServer:
             return _json_response(exc.status(), exc.code)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
+        except web.HTTPRequestEntityTooLarge:
+            return _json_response(errors.ApiError(
+                413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}").status(), 413)
         except Exception:
             log.exception("internal error serving %s %s", request.method, request.path)
             return _json_response(errors.ApiError(500, "InternalError",

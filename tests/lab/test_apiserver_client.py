@@ -5,6 +5,7 @@ namespace deletion, 422s from schema and CEL, tables, authentication, RBAC and s
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import ssl
 
@@ -51,9 +52,10 @@ async def raw(lab, method: str, path: str, *, headers=None, body=None, cert_key=
     headers = dict(headers or {})
     if token:
         headers["Authorization"] = f"Bearer {token}"
+    data = io.BytesIO(json.dumps(body).encode()) if body is not None else None
     async with aiohttp.ClientSession() as s:
         async with s.request(method, lab.server.url + path, ssl=_ssl(lab, cert_key), headers=headers,
-                             data=json.dumps(body) if body is not None else None) as r:
+                             data=data) as r:
             text = await r.text()
             return r.status, r.headers, (json.loads(text) if text.startswith("{") else text)
 
@@ -519,3 +521,10 @@ async def test_paged_lists_are_consistent_snapshots(lab, api):
     with pytest.raises(ApiException) as exc:
         await v1.list_namespaced_config_map("default", limit=2, _continue="eyJpZCI6ICJub3BlIiwgIm9mZnNldCI6IDJ9")
     assert exc.value.status == 410
+
+
+async def test_bodies_over_3_mib_are_refused_with_a_status(lab, admin_files):
+    body = {"metadata": {"name": "big"}, "data": {"x": "a" * (3 * 1024 * 1024)}}
+    status, _, answer = await raw(lab, "POST", "/api/v1/namespaces/default/configmaps", cert_key=admin_files,
+                                  headers={"Content-Type": "application/json"}, body=body)
+    assert status == 413 and answer["reason"] == "RequestEntityTooLarge"
