@@ -21,7 +21,7 @@ from typing import AsyncIterator
 import yaml
 from aiohttp import web
 
-from lab.apiserver import discovery, errors, events, patch, protobuf, table
+from lab.apiserver import discovery, errors, events, patch, protobuf, table, validation
 from lab.apiserver.authcache import AuthCache
 from lab.apiserver.auth import rbac, reviews, sensitive
 from lab.apiserver.auth.authn import Authenticator
@@ -586,6 +586,12 @@ class ApiServer:
                 raise errors.ApiError(405, "MethodNotAllowed", f"update is not supported on {info.subresource}")
             if info.subresource != "status":
                 self._check_rbac_write(res, body, user, info.namespace)
+            if res.has_generation and isinstance(body, dict) and not (body.get("metadata") or {}).get(
+                    "resourceVersion"):
+                # Custom resources and CRDs refuse an unconditional update (AllowUnconditionalUpdate is false).
+                raise errors.invalid(res.kind, res.group, info.name, [validation.cause(
+                    "FieldValueInvalid", "metadata.resourceVersion",
+                    "Invalid value: 0x0: must be specified for an update")])
             obj, warnings = self.objects.update(res, body, info.namespace, info.name, info.subresource or None,
                                                 self._field_validation(query), self._dry_run(query))
             return _json_response(self._masker(res, user, attrs)(obj), 200, self._warnings_header(warnings))

@@ -528,3 +528,16 @@ async def test_bodies_over_3_mib_are_refused_with_a_status(lab, admin_files):
     status, _, answer = await raw(lab, "POST", "/api/v1/namespaces/default/configmaps", cert_key=admin_files,
                                   headers={"Content-Type": "application/json"}, body=body)
     assert status == 413 and answer["reason"] == "RequestEntityTooLarge"
+
+
+async def test_custom_resources_refuse_an_unconditional_update(api):
+    co = client.CustomObjectsApi(api)
+    obj = await co.create_cluster_custom_object(GROUP, VERSION, "clusterpeers", peer("u"))
+    del obj["metadata"]["resourceVersion"]
+    with pytest.raises(ApiException) as exc:
+        await co.replace_cluster_custom_object(GROUP, VERSION, "clusterpeers", "u", obj)
+    status = json.loads(exc.value.body)
+    assert exc.value.status == 422 and status["details"]["causes"][0]["field"] == "metadata.resourceVersion"
+    v1 = client.CoreV1Api(api)   # built-ins allow it
+    await v1.create_namespaced_config_map("default", {"metadata": {"name": "uu"}})
+    await v1.replace_namespaced_config_map("uu", "default", {"metadata": {"name": "uu"}, "data": {"a": "b"}})
