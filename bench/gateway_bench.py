@@ -30,7 +30,6 @@ import re
 import signal
 import socket
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile

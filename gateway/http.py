@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any, Callable
 
@@ -76,9 +75,3 @@ class HTTPServer(web_server.Server):
     def __call__(self) -> HTTPProtocol:
         return HTTPProtocol(self, loop=self._loop, **self._kwargs)
 
-
-async def close_connections(server: HTTPServer, timeout: float = 1.0) -> None:
-    for conn in server.connections:
-        if conn.transport is not None:
-            conn.transport.abort()
-    await asyncio.sleep(0)

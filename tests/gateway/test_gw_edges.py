@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import warnings
 
 import aiohttp
 import pytest
@@ -245,3 +246,27 @@ async def test_connection_limits_and_handshake_timeout(pki, issuer_key, upstream
         for w in opened:
             w.close()
         await gw.stop()
+
+
+async def test_tls_below_1_2_is_refused_and_1_3_and_1_2_are_served(gateway, pki):
+    for version, ok in ((ssl.TLSVersion.TLSv1_3, True), (ssl.TLSVersion.TLSv1_2, True),
+                        (ssl.TLSVersion.TLSv1_1, False)):
+        ctx = client_ssl(pki)
+        with warnings.catch_warnings():
+            # An old client is the point of this test.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ctx.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+            ctx.maximum_version = version
+        if not ok:
+            ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", gateway.entrance_port, ssl=ctx,
+                                                           server_hostname=ENTRANCE_HOST)
+        except (ssl.SSLError, ConnectionError):
+            assert not ok
+            continue
+        assert ok and writer.get_extra_info("ssl_object").version() == {
+            ssl.TLSVersion.TLSv1_3: "TLSv1.3", ssl.TLSVersion.TLSv1_2: "TLSv1.2"}[version]
+        writer.close()
+        await writer.wait_closed()
+    assert 'reason="protocol_version"' in gateway.metrics_text().decode()
