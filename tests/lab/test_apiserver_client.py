@@ -541,3 +541,26 @@ async def test_custom_resources_refuse_an_unconditional_update(api):
     v1 = client.CoreV1Api(api)   # built-ins allow it
     await v1.create_namespaced_config_map("default", {"metadata": {"name": "uu"}})
     await v1.replace_namespaced_config_map("uu", "default", {"metadata": {"name": "uu"}, "data": {"a": "b"}})
+
+
+async def test_a_watcher_that_falls_behind_is_dropped_with_410(tmp_path):
+    from lab.apiserver.testing import start_test_apiserver
+    server, _kubeconfig, cert, key, ca_pem = await start_test_apiserver(tmp_path, watch_queue=2)
+    try:
+        (tmp_path / "c.pem").write_bytes(cert)
+        (tmp_path / "k.pem").write_bytes(key)
+        ctx = ssl.create_default_context(cadata=ca_pem.decode())
+        ctx.load_cert_chain(str(tmp_path / "c.pem"), str(tmp_path / "k.pem"))
+        url = f"{server.url}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={server.store.current_rv}"
+        async with aiohttp.ClientSession() as s:
+            async with s.get(url, ssl=ctx) as r:
+                await until(lambda: server._watchers)
+                for i in range(10):   # written without yielding: the watcher's queue of 2 overflows
+                    server.create({"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": f"f{i}", "namespace": "default"}})
+                lines = [json.loads(line) async for line in r.content if line.strip()]
+        assert lines[-1]["type"] == "ERROR" and lines[-1]["object"]["code"] == 410
+        assert len(lines) <= 3, "the stream ends at the error instead of catching up"
+        assert len(server.list("", "configmaps", "default")) == 10, "writers never waited for the watcher"
+    finally:
+        await server.stop()
