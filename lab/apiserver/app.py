@@ -732,6 +732,7 @@ class ApiServer:
                 obj, warnings = self.objects.create(res, new_obj, ns, fv, dry)
                 status = 201
             else:
+                self._apply_ownership(res, ns, info, manager, existing, applied, query.get("force") == "true")
                 merged = patch.server_side_apply(existing, applied, previous)
                 merged.setdefault("metadata", {})["resourceVersion"] = (
                     (body.get("metadata") or {}).get("resourceVersion") or existing["metadata"]["resourceVersion"])
@@ -765,6 +766,29 @@ class ApiServer:
         obj, warnings = self.objects.update(res, patched, ns, info.name, info.subresource or None, fv, dry,
                                             existing=stored)
         return _json_response(self._masker(res, user, attrs)(obj), 200, self._warnings_header(warnings))
+
+    def _apply_ownership(self, res: ResourceInfo, ns: str | None, info: RequestInfo, manager: str, live: dict,
+                         applied: dict, force: bool) -> None:
+        """Server-side apply's conflicts among appliers: changing a field another manager applied is a 409
+        naming it, unless forced, which moves the field to this manager."""
+        prefix = (res.key, ns or "", info.name)
+        others = {s[3]: cfg for s, cfg in self._apply_previous.items()
+                  if s[:3] == prefix and s[4] == info.subresource and s[3] != manager}
+        found = patch.apply_conflicts(live, applied, others)
+        if not found:
+            return
+        if not force:
+            by_manager = ", ".join(f'conflict with "{m}": {f}' for f, m in found)
+            raise errors.ApiError(
+                409, "Conflict",
+                f"Apply failed with {len(found)} conflict{'s' if len(found) > 1 else ''}: {by_manager}",
+                {"name": info.name, "group": res.group, "kind": res.plural,
+                 "causes": [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": f}
+                            for f, m in found]})
+        for other in {m for _, m in found}:
+            slot = prefix + (other, info.subresource)
+            self._apply_previous[slot] = patch.drop_fields(self._apply_previous[slot],
+                                                           [f for f, m in found if m == other])
 
     async def _delete(self, request, res: ResourceInfo, info: RequestInfo) -> web.Response:
         options = {}

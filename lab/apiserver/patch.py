@@ -230,12 +230,13 @@ def _fields_removed(previous, applied):
         return None
     out = {}
     for k, v in previous.items():
-        if k not in applied:
-            out[k] = None
-        elif isinstance(v, dict) and isinstance(applied[k], dict):
-            sub = _fields_removed(v, applied[k])
+        if isinstance(v, dict) and v and isinstance(applied.get(k, {}), dict):
+            # Ownership is per field: only the leaves this manager set go, others' keys in the map stay.
+            sub = _fields_removed(v, applied.get(k, {}))
             if sub:
                 out[k] = sub
+        elif k not in applied:
+            out[k] = None
     return out
 
 
@@ -256,4 +257,66 @@ def _apply_merge(target, applied):
     out = dict(target)
     for k, v in applied.items():
         out[k] = _apply_merge(out.get(k), v) if isinstance(v, dict) else copy.deepcopy(v)
+    return out
+
+
+# Fields an apply never conflicts on: they name the object rather than set it.
+_IDENTITY = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace"),
+             ("metadata", "resourceVersion"), ("metadata", "uid")}
+
+
+def leaf_paths(config, prefix: tuple = ()) -> dict[tuple, object]:
+    """The fields an applied configuration sets: maps are walked, lists and scalars are leaves (atomic)."""
+    out: dict[tuple, object] = {}
+    if isinstance(config, dict) and config:
+        for k, v in config.items():
+            out.update(leaf_paths(v, prefix + (k,)))
+    elif prefix and prefix not in _IDENTITY:
+        out[prefix] = config
+    return out
+
+
+def _value_at(obj, path: tuple):
+    cur = obj
+    for part in path:
+        if not isinstance(cur, dict) or part not in cur:
+            return _ABSENT
+        cur = cur[part]
+    return cur
+
+
+_ABSENT = object()
+
+
+def apply_conflicts(live: dict, applied: dict, others: dict[str, dict]) -> list[tuple[str, str]]:
+    """(field, manager) for each field the apply would change that another manager applied: kube-apiserver
+    refuses such an apply with 409 unless it is forced."""
+    out = []
+    for path, value in leaf_paths(applied).items():
+        if _value_at(live, path) == value:
+            continue
+        for manager, config in sorted(others.items()):
+            if path in leaf_paths(config):
+                out.append(("." + ".".join(path), manager))
+    return out
+
+
+def drop_fields(config: dict, fields: list[str]) -> dict:
+    """A manager's applied configuration without the fields another manager took over by force; maps left
+    empty by that go too (they held only the fields taken over)."""
+    out = copy.deepcopy(config)
+    for field in fields:
+        parts = field.lstrip(".").split(".")
+        chain = [out]
+        for part in parts[:-1]:
+            nxt = chain[-1].get(part) if isinstance(chain[-1], dict) else None
+            if not isinstance(nxt, dict):
+                break
+            chain.append(nxt)
+        else:
+            chain[-1].pop(parts[-1], None)
+            for depth in range(len(chain) - 1, 0, -1):
+                if chain[depth]:
+                    break
+                chain[depth - 1].pop(parts[depth - 1], None)
     return out

@@ -173,3 +173,19 @@ async def test_get_each_kind_kubectl_knows(lab, resource):
         resource = "tokenexchangeproviders"
     code, _, err = await lab.kubectl("get", resource, "-A")
     assert code == 0, err
+
+
+async def test_server_side_apply_conflicts_between_managers(lab):
+    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: owned\n  namespace: default\ndata:\n  k: '{v}'\n"
+    await ok(lab, "apply", "--server-side", "--field-manager=first", "-f", "-", stdin=cm.format(v="1"))
+    code, _, err = await lab.kubectl("apply", "--server-side", "--field-manager=second", "-f", "-",
+                                     stdin=cm.format(v="2"))
+    assert code == 1 and 'conflict with "first"' in err and ".data.k" in err
+    await ok(lab, "apply", "--server-side", "--field-manager=second", "-f", "-", stdin=cm.format(v="1"))
+    await ok(lab, "apply", "--server-side", "--force-conflicts", "--field-manager=second", "-f", "-",
+             stdin=cm.format(v="3"))
+    # The field moved to "second": "first" applying without it no longer removes it.
+    await ok(lab, "apply", "--server-side", "--field-manager=first", "-f", "-",
+             stdin="apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: owned\n  namespace: default\n")
+    got = json.loads(await ok(lab, "get", "configmap", "owned", "-n", "default", "-o", "json"))
+    assert got["data"] == {"k": "3"}

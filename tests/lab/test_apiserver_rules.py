@@ -383,3 +383,15 @@ def test_formats_and_list_types_are_checked_as_kube_does():
     c = exc.value.details["causes"][0]
     assert c["reason"] == "FieldValueDuplicate" and c["field"] == "status.conditions[1]"
     objects.update(info, dict(obj, status={"conditions": [good]}), None, "lt", subresource="status")
+
+
+def test_apply_conflicts_and_field_level_ownership():
+    live = {"metadata": {"name": "x"}, "data": {"k": "1", "theirs": "t"}}
+    others = {"first": {"metadata": {"name": "x"}, "data": {"k": "1"}}}
+    assert patch.apply_conflicts(live, {"metadata": {"name": "x"}, "data": {"k": "2"}}, others) == [
+        (".data.k", "first")]
+    assert patch.apply_conflicts(live, {"metadata": {"name": "x"}, "data": {"k": "1"}}, others) == []
+    assert patch.drop_fields(others["first"], [".data.k"]) == {"metadata": {"name": "x"}}
+    # A manager that stops applying a map removes only its own keys of it.
+    previous = {"metadata": {"name": "x"}, "data": {"k": "1"}}
+    assert patch.server_side_apply(live, {"metadata": {"name": "x"}}, previous)["data"] == {"theirs": "t"}
