@@ -486,5 +486,30 @@ def validate(info: ResourceInfo, obj: dict, old: dict | None, field_validation: 
         if not causes:
             causes += cel_problems(_cel_view(obj), info.schema, _cel_view(old) if old else _MISSING)
     if causes:
+        if info.sensitive_paths:
+            causes = [_redact(c, obj, info.sensitive_paths) for c in causes]
         raise errors.invalid(info.kind, info.group, name, causes)
     return obj, warnings
+
+
+def _field_parts(field: str) -> list:
+    return [int(p) if p.isdigit() else p for p in re.findall(r"[^.\[\]]+", field)]
+
+
+def _redact(c: dict, obj: dict, sensitive_paths) -> dict:
+    """A cause about a sensitive field never repeats its value (the 422 may reach a log or a user without the
+    permission to read it)."""
+    parts = _field_parts(c.get("field", ""))
+    for pattern in sensitive_paths:
+        if len(parts) >= len(pattern) and all(p == "*" or p == q for p, q in zip(pattern, parts)):
+            value = obj
+            for q in parts:
+                try:
+                    value = value[q]
+                except (KeyError, IndexError, TypeError):
+                    value = None
+                    break
+            if isinstance(value, str) and value:
+                return dict(c, message=c["message"].replace(json.dumps(value), '"<omitted>"').replace(
+                    value, "<omitted>"))
+    return c

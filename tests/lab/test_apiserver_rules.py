@@ -395,3 +395,20 @@ def test_apply_conflicts_and_field_level_ownership():
     # A manager that stops applying a map removes only its own keys of it.
     previous = {"metadata": {"name": "x"}, "data": {"k": "1"}}
     assert patch.server_side_apply(live, {"metadata": {"name": "x"}}, previous)["data"] == {"theirs": "t"}
+
+
+def test_422_about_a_sensitive_field_does_not_repeat_its_value():
+    crd = {"spec": {"group": "example.com", "scope": "Cluster", "names": {"plural": "vaults", "kind": "Vault"},
+                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                        "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                            "key": {"type": "string", "pattern": "^k-", "x-kubernetes-sensitive-data": True},
+                            "other": {"type": "string", "pattern": "^o-"}}}}}}}]}}
+    objects = _objects()
+    info = resources_of_crd(crd, sensitive_paths)[0]
+    objects.registry.add(info)
+    with pytest.raises(errors.ApiError) as exc:
+        objects.create(info, {"metadata": {"name": "v"}, "spec": {"key": "hunter2-secret", "other": "plain"}})
+    fields = {c["field"]: c["message"] for c in exc.value.details["causes"]}
+    assert "hunter2-secret" not in exc.value.message and "hunter2-secret" not in fields["spec.key"]
+    assert '"<omitted>"' in fields["spec.key"]
+    assert '"plain"' in fields["spec.other"], "other fields still show what was wrong"
