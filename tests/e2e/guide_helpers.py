@@ -41,6 +41,21 @@ def children(pid: int) -> dict[int, str]:
     return found
 
 
+def running_in(path: pathlib.Path) -> dict[int, str]:
+    """Live processes whose command line names `path` (a lab's directory is in its peering processes' flags)."""
+    found: dict[int, str] = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit() or not alive(int(entry.name)):
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if str(path) in cmdline:
+            found[int(entry.name)] = cmdline
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -87,14 +102,14 @@ def guide_story(guide_lab, tmp_path) -> Iterator[Story]:
         s.close()
 
 
-def start_demo(tmp_path: pathlib.Path) -> tuple[subprocess.Popen, pathlib.Path]:
+def start_demo(tmp_path: pathlib.Path, **env: str) -> tuple[subprocess.Popen, pathlib.Path]:
     """`python -m lab.demo --keep DIR`, its output into a file that the caller reads as it grows."""
     out = tmp_path / "demo.out"
     f = open(out, "wb")
     try:
         proc = subprocess.Popen([sys.executable, "-m", "lab.demo", "--keep", str(tmp_path / "demo")], cwd=str(ROOT),
                                 stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
     finally:
         f.close()
     return proc, out

@@ -1,5 +1,5 @@
-"""`make demo` never leaves processes behind: interrupted with Ctrl-C (or SIGTERM) it stops the lab and exits
-non-zero, and killed outright its peering processes die with it. The story it tells is the scenario's own
+"""`make demo` never leaves processes behind: when a step fails it says which and exits 1, interrupted with Ctrl-C
+(or SIGTERM) it stops the lab and exits 130, and killed outright its peering processes die with it. The story it tells is the scenario's own
 (test_guide_scenario.py runs the same `lab.demo.Story` steps)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from guide_helpers import children, needs_peering, start_demo, stop, wait_gone, wait_output
+from guide_helpers import children, needs_peering, running_in, start_demo, stop, wait_gone, wait_output
 
 pytestmark = [pytest.mark.slow, needs_peering, pytest.mark.timeout(120)]
 
@@ -42,6 +42,7 @@ def test_an_interrupted_demo_stops_the_lab_and_fails(tmp_path, sig):
         assert "The lab is stopped." in text
         assert "Done in" not in text
         assert wait_gone(pids, 1.0) == [], f"peering processes outlived the demo: {pids}"
+        assert running_in(tmp_path / "demo") == {}
     finally:
         stop(proc)
 
@@ -54,5 +55,20 @@ def test_a_killed_demo_takes_its_peering_processes_along(tmp_path):
         proc.kill()
         proc.wait(10)
         assert wait_gone(pids, 10.0) == [], f"peering processes outlived a killed demo: {pids}"
+    finally:
+        stop(proc)
+
+
+def test_a_demo_whose_step_fails_says_which_and_exits_1(tmp_path):
+    # A log level `peering run` refuses (its flags are read from PEERING_*): the module never gets ready.
+    proc, out = start_demo(tmp_path, PEERING_LOG_LEVEL="chatty")
+    try:
+        code = proc.wait(90)
+        text = out.read_text(errors="replace")
+        assert code == 1, text
+        assert "FAILED at enabling the module on both clusters" in text
+        assert "expected: every peering process ready" in text
+        assert "The lab is stopped." in text and "Done in" not in text
+        assert running_in(tmp_path / "demo") == {}
     finally:
         stop(proc)
