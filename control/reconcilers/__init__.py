@@ -12,6 +12,8 @@ from control.handlers.peer import PeerHandlers
 from control.peerclient import PeerClient
 from control.reconcilers.capability import CapabilityReconciler
 from control.reconcilers.clusterpeer import NAME as CLUSTERPEER, ClusterPeerReconciler
+from control.reconcilers.facts import Discovery
+from control.reconcilers.grants import GrantsReconciler
 from control.reconcilers.memory import Memory
 from control.selfcheck import SelfCheck
 
@@ -24,6 +26,15 @@ def _version() -> str:
     from control.cli import version
 
     return version()
+
+
+def _discovery(ctx: "Context") -> Discovery:
+    """One discovery cache for both reconcilers that need capability scopes."""
+    found = getattr(ctx, "_peering_discovery", None)
+    if found is None:
+        found = Discovery(ctx.kube)
+        setattr(ctx, "_peering_discovery", found)
+    return found
 
 
 def clusterpeers(ctx: "Context") -> "Reconciler":
@@ -40,7 +51,7 @@ def clusterpeers(ctx: "Context") -> "Reconciler":
                           interval=getattr(control, "selfcheck_interval", 60.0))
     client = PeerClient(OverrideResolver(resolve))
     reconciler = ClusterPeerReconciler(ctx, client=client, memory=memory, selfcheck=selfcheck,
-                                       peering_version=_version())
+                                       peering_version=_version(), discovery=_discovery(ctx))
 
     def pull_now(name: str) -> None:
         memory.pull_now(name)
@@ -55,4 +66,8 @@ def capabilities(ctx: "Context") -> "Reconciler":
     return CapabilityReconciler(ctx)
 
 
-FACTORIES: tuple[Callable[["Context"], "Reconciler"], ...] = (capabilities, clusterpeers)
+def grants(ctx: "Context") -> "Reconciler":
+    return GrantsReconciler(ctx, discovery=_discovery(ctx))
+
+
+FACTORIES: tuple[Callable[["Context"], "Reconciler"], ...] = (capabilities, clusterpeers, grants)

@@ -6,10 +6,10 @@ A pass, in order:
 2. The invitation (Invite) or the join (Join) while the credentials exchange is not complete.
 3. Once complete: deliver our certificate to the inviter if not yet done (Join), renew our client certificate when
    due, pull the peer's offer when due (periodic with jitter, or at once after a notify).
-4. Derive and write only the differences of what follows from the peer's offer: grants, the peer's
-   TokenExchangeProvider, the ProjectPeers.
-5. Compute status (phase, Ready and the other conditions, offer, peer, access...) and write it only if it differs;
-   tell the peer when our offer changed.
+4. Keep the peer's TokenExchangeProvider as the offer says.
+5. Compute status (phase, Ready and the other conditions, offer, peer, access, grants...) and write it only if it
+   differs; tell the peer when our offer changed.
+The grants and ProjectPeers that follow from the status are written by `reconcilers.grants`.
 
 Nothing is written when nothing changed, so a steady state makes no API writes. Failures of the peer never revoke:
 they set Ready False with a reason and leave grants, provider and pairs as they are.
@@ -17,7 +17,6 @@ they set Ready False with a reason and leave grants, provider and pairs as they 
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 import time
@@ -25,9 +24,8 @@ from typing import TYPE_CHECKING, Iterable
 
 from control import connstring, pki
 from control.feed import CA_SECRET, ENTRANCE_TLS_SECRET, MANAGED_BY
-from control.kube import (CLUSTERPEERS, CLUSTERROLEBINDINGS, CLUSTERROLES, NAMESPACES, PEERINGCAPABILITIES,
-                          PROJECTPEERS, ROLEBINDINGS, ROLES, SECRETS, TOKENEXCHANGEPROVIDERS, AlreadyExists, ApiError,
-                          Conflict, KubeSession, NotFound, Resource)
+from control.kube import (CLUSTERPEERS, NAMESPACES, PEERINGCAPABILITIES, SECRETS, TOKENEXCHANGEPROVIDERS,
+                          AlreadyExists, ApiError, Conflict, KubeSession, NotFound, Resource)
 from control.peerclient import Answer, PeerClient
 from control.reconcilers.facts import Discovery, Issuer
 from control.reconcilers.memory import Memory, PeerMemory
@@ -54,32 +52,14 @@ PROJECTS = Resource("deckhouse.io", "v1alpha1", "projects", False, "Project")
 PROVIDER_PREFIX = "peering-"
 PROVIDER_API_VERSION = "deckhouse.io/v1alpha1"
 JOIN_CA_SECRET = "peering-join-tls"
-RBAC_KINDS = {"Role": ROLES, "RoleBinding": ROLEBINDINGS, "ClusterRole": CLUSTERROLES,
-              "ClusterRoleBinding": CLUSTERROLEBINDINGS}
 #: The longest a healthy peering waits between passes (self-check, renewal, invite expiry are all re-checked).
 MAX_REQUEUE = 300.0
 CREDENTIALS_UNDELIVERED = "CredentialsPending"
-#: Writes of one pass in flight at once (hundreds of Roles for a peer with many projects).
-WRITE_CONCURRENCY = 16
+
 
 
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
-
-
-async def bounded(coros: list, limit: int = WRITE_CONCURRENCY) -> None:
-    """Run the writes with at most `limit` in flight; the first failure is raised after all finished."""
-    if not coros:
-        return
-    gate = asyncio.Semaphore(limit)
-
-    async def one(coro):
-        async with gate:
-            return await coro
-    results = await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
 
 
 def provider_name(clusterpeer: str) -> str:
@@ -158,7 +138,7 @@ class ClusterPeerReconciler:
     name = NAME
 
     def __init__(self, ctx: "Context", *, client: PeerClient, memory: Memory, selfcheck: SelfCheck | None,
-                 peering_version: str) -> None:
+                 peering_version: str, discovery: Discovery | None = None) -> None:
         self.ctx = ctx
         self.kube: KubeSession = ctx.kube
         self.namespace = ctx.namespace
@@ -167,7 +147,7 @@ class ClusterPeerReconciler:
         self.memory = memory
         self.selfcheck = selfcheck
         self.peering_version = peering_version
-        self.discovery = Discovery(ctx.kube)
+        self.discovery = discovery or Discovery(ctx.kube)
         self.issuer = Issuer(ctx.kube)
         inf = ctx.informers
         self.clusterpeers = inf.get(CLUSTERPEERS)
@@ -176,12 +156,9 @@ class ClusterPeerReconciler:
         self.providers = inf.get(TOKENEXCHANGEPROVIDERS)
         self.namespaces = inf.get(NAMESPACES)
         self.projects = inf.get(PROJECTS)
-        self.projectpeers = inf.get(PROJECTPEERS, label_selector=MANAGED_BY)
-        self.rbac = {kind: inf.get(res, label_selector=MANAGED_BY) for kind, res in RBAC_KINDS.items()}
         join_tls = f"metadata.name={JOIN_CA_SECRET}"
         self.join_tls = inf.get(SECRETS, namespace=self.namespace, field_selector=join_tls)
         every = self._every_key
-        owned = self._owner_keys
         self.watches = (
             Watch(CLUSTERPEERS),
             Watch(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY, keys=self._secret_keys),
@@ -189,8 +166,6 @@ class ClusterPeerReconciler:
             Watch(TOKENEXCHANGEPROVIDERS, keys=self._provider_keys),
             Watch(NAMESPACES, keys=every),
             Watch(PROJECTS, keys=every),
-            Watch(PROJECTPEERS, label_selector=MANAGED_BY, keys=owned),
-            *(Watch(res, label_selector=MANAGED_BY, keys=owned) for res in RBAC_KINDS.values()),
             # Only read when a string is issued; watched so that the cache is synced before the first one.
             Watch(SECRETS, namespace=self.namespace, field_selector=join_tls, keys=lambda e, o: ()),
         )
@@ -202,9 +177,6 @@ class ClusterPeerReconciler:
 
     def _every_key(self, event: str, obj: dict) -> Iterable[str]:
         return [key_of(cp) for cp in self.clusterpeers.items()]
-
-    def _owner_keys(self, event: str, obj: dict) -> Iterable[str]:
-        return owner_names(obj)
 
     def _secret_keys(self, event: str, obj: dict) -> Iterable[str]:
         name = (obj.get("metadata") or {}).get("name", "")
@@ -315,14 +287,10 @@ class ClusterPeerReconciler:
         if complete:
             token_exchange = await self._provider(cp, peer, peer_uuid, own_uuid, eff.names)
             access = desired_access(key, peer_uuid, ca_pem, eff.names)
-        unreachable = mem.sync_error is not None and mem.sync_error[0] in (cond.PEER_UNREACHABLE,
-                                                                          cond.PEER_REFUSED_CERTIFICATE)
         sync_error = mem.sync_error if complete else None
         if complete and ptype == "Join" and mem.delivered != values.get("issued.crt") and sync_error is None:
             sync_error = (CREDENTIALS_UNDELIVERED, "the inviting cluster has not received our certificate for its "
                           "key yet (POST /peering/v1/credentials); retrying")
-        ready_sync = cond.readiness(cond.PeeringState(ptype, "complete", sync_error=sync_error), now).ready \
-            if sync_error else None
 
         selfcheck = None
         if self.selfcheck is not None:
@@ -348,12 +316,8 @@ class ClusterPeerReconciler:
                 return Result()
         if complete and offer != mem.notified_offer:
             await self._notify(key, mem, values, offer, first=mem.notified_offer is None)
-        # The many objects that follow from the offer come after the status: the peer gets our offer (and the
-        # administrator the state) without waiting for hundreds of Roles. A failure here retries the pass.
-        await self._apply_grants(key, grants.objects)
-        await self._apply_project_peers(cp, peer_uuid, pairs, eff.effective, reachable=not unreachable,
-                                        reason=ready_sync.reason if ready_sync else "",
-                                        message=ready_sync.message if ready_sync else "")
+        # The objects that follow from the status (grants, ProjectPeers) are the grants reconciler's: this pass
+        # stays short however many projects are paired.
         return Result(requeue_after=min(waits))
 
     # -- invite ------------------------------------------------------------------------------------------------
@@ -547,37 +511,6 @@ class ClusterPeerReconciler:
 
     # -- derived objects ---------------------------------------------------------------------------------------
 
-    def _existing_rbac(self, clusterpeer: str) -> list[dict]:
-        out = []
-        for informer in self.rbac.values():
-            out.extend(o for o in informer.items() if clusterpeer in owner_names(o))
-        return out
-
-    async def _apply_grants(self, key: str, desired: list[dict]) -> None:
-        diff = grants_rules.diff_objects(desired, self._existing_rbac(key), key)
-
-        async def delete(obj: dict) -> None:
-            meta = obj.get("metadata") or {}
-            try:
-                await self.kube.delete(RBAC_KINDS[obj["kind"]], meta["name"], meta.get("namespace"))
-            except NotFound:
-                pass
-
-        async def create(obj: dict) -> None:
-            try:
-                await self.kube.create(RBAC_KINDS[obj["kind"]], obj)
-            except AlreadyExists:
-                pass  # the cache lags our own write; the next pass compares again
-            except NotFound:
-                pass  # the namespace went away meanwhile; the pair goes with it
-
-        async def update(obj: dict) -> None:
-            await self.kube.update(RBAC_KINDS[obj["kind"]], obj)
-
-        await bounded([delete(o) for o in diff.delete])
-        await bounded([create(o) for o in diff.create])
-        await bounded([update(o) for o in diff.update])
-
     async def _provider(self, cp: dict, peer: dict | None, peer_uuid: str, own_uuid: str,
                         effective: list[str]) -> cond.Cond:
         """Keep the peer's TokenExchangeProvider as the offer says and return TokenExchangeReady."""
@@ -618,39 +551,3 @@ class ClusterPeerReconciler:
             return cond.token_exchange_condition(cond.ProviderObservation(api_error=f"{exc.code} {exc.reason}: "
                                                                                      f"{exc.message[:300]}"))
         return cond.token_exchange_condition(cond.ProviderObservation(obj=obj, ours=True))
-
-    async def _apply_project_peers(self, cp: dict, peer_uuid: str, pairs: list, effective, *, reachable: bool,
-                                   reason: str, message: str) -> None:
-        key = key_of(cp)
-        desired = project_rules.desired_project_peers(cp, peer_uuid, pairs, effective, reachable=reachable,
-                                                      reason=reason, message=message)
-        existing = [o for o in self.projectpeers.items() if key in owner_names(o)
-                    and (o.get("metadata") or {}).get("name") == key]
-        have = {(o["metadata"].get("namespace"), o["metadata"]["name"]) for o in existing}
-        want = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in desired}
-
-        async def delete(obj: dict) -> None:
-            meta = obj["metadata"]
-            try:
-                await self.kube.delete(PROJECTPEERS, meta["name"], meta.get("namespace"))
-            except NotFound:
-                pass
-
-        async def create(obj: dict) -> None:
-            try:
-                created = await self.kube.create(PROJECTPEERS, {k: v for k, v in obj.items() if k != "status"})
-            except (AlreadyExists, NotFound):
-                return
-            # The status subresource ignores status on create: write it through /status.
-            await self.kube.update_status(PROJECTPEERS, {**created, "status": obj["status"]})
-
-        async def update(obj: dict) -> None:
-            try:
-                await self.kube.update_status(PROJECTPEERS, obj)
-            except (Conflict, NotFound):
-                pass  # the next pass compares again
-
-        await bounded([delete(o) for o in existing
-                       if (o["metadata"].get("namespace"), o["metadata"]["name"]) not in want])
-        await bounded([create(o) for o in desired if (o["metadata"]["namespace"], o["metadata"]["name"]) not in have])
-        await bounded([update(o) for o in project_rules.status_updates(desired, existing)])
