@@ -129,3 +129,17 @@ def test_memory_schedule():
     assert memory.get("x").pull_at == 0.0
     memory.forget("x")
     assert memory.get("x").sync_error is None
+
+
+@pytest.mark.parametrize("status, expected", [
+    ({}, False),
+    ({"phase": "Pending", "peer": {"clusterUUID": "u"}}, False),
+    ({"phase": "Active"}, False),
+    ({"phase": "Active", "peer": {"clusterUUID": ""}}, False),
+    ({"phase": "Error", "peer": {"clusterUUID": "u"}}, False),
+    ({"phase": "Active", "peer": {"clusterUUID": "u"}}, True),
+])
+def test_grants_follow_only_an_established_peering(status, expected):
+    from control.reconcilers.grants import established
+
+    assert established({"status": status}) is expected
