@@ -187,6 +187,10 @@ async def test_bookmarks_keep_a_quiet_watch_resumable(tmp_path):
             informer.start()
             try:
                 await eventually(informer.synced.is_set, what="first list")
+                # Seeing an event proves the watch is established before the burst (else it could start from
+                # a point the burst has already pushed out of the history, and rightly relist).
+                server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm("first")})
+                await eventually(lambda: informer.get("first", NAMESPACE) is not None, what="the watch running")
                 listed_at = int(informer.resource_version)
                 for i in range(20):
                     server.create({"apiVersion": "v1", "kind": "ConfigMap",
