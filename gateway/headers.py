@@ -13,7 +13,9 @@ from gateway.status import Refusal
 # Hop-by-hop headers (RFC 9110 7.6.1) plus the framing and routing headers a proxy regenerates itself.
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate",
                         b"proxy-authorization", b"te", b"trailer", b"transfer-encoding", b"upgrade", b"host",
-                        b"content-length"})
+                        b"content-length", b"expect"})
+# `Expect: 100-continue` is between the client and the gateway: forwarded, the upstream's interim 100 answer
+# would be taken for the final one.
 # The client's identity and the proxy chain it claims: only the gateway speaks for the client.
 _DROP_EXACT = frozenset({b"authorization", b"forwarded", b"x-real-ip", b"x-forwarded-for", b"x-client-ip",
                          b"true-client-ip", b"cookie"})

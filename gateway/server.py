@@ -39,7 +39,7 @@ access_log = logging.getLogger("gateway.access")
 log = logging.getLogger("gateway")
 
 _CHUNK = 64 * 1024
-_SMALL_BODY = 256 * 1024
+_SMALL_BODY = 64 * 1024  # answers up to this size are sent in one write; larger ones stream
 
 
 @dataclass(frozen=True)

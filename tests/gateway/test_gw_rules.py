@@ -17,7 +17,8 @@ def test_forwarded_headers_drop_identity_proxy_chain_and_hop_by_hop():
            (b"X-Forwarded-Proto", b"http"), (b"X-Remote-User", b"admin"), (b"X-Remote-Group", b"system:masters"),
            (b"Forwarded", b"for=1.2.3.4"), (b"Connection", b"keep-alive, X-Secret"), (b"X-Secret", b"s"),
            (b"Keep-Alive", b"5"), (b"Transfer-Encoding", b"chunked"), (b"Content-Length", b"3"), (b"Host", b"evil"),
-           (b"Impersonate-User", b"admin"), (b"Content-Type", b"application/json"), (b"X-Real-IP", b"1.1.1.1")]
+           (b"Impersonate-User", b"admin"), (b"Content-Type", b"application/json"), (b"X-Real-IP", b"1.1.1.1"),
+           (b"Expect", b"100-continue")]
     assert forwarded_headers(raw) == [(b"Accept", b"application/json"), (b"Content-Type", b"application/json")]
 
 
