@@ -109,6 +109,16 @@ class Objects:
                 data[k] = base64.b64encode(str(v).encode()).decode()
             if data or "data" in obj:
                 obj["data"] = data
+            name = obj["metadata"].get("name", "")
+            if obj["type"] == "kubernetes.io/tls":
+                missing = [k for k in ("tls.crt", "tls.key") if k not in data]
+                if missing:
+                    raise errors.invalid("Secret", "", name, [validation.cause(
+                        "FieldValueRequired", f"data[{k}]",
+                        "Required value: a kubernetes.io/tls Secret holds tls.crt and tls.key") for k in missing])
+            if old is not None and old.get("type", "Opaque") != obj["type"]:
+                raise errors.invalid("Secret", "", name, [validation.invalid_cause(
+                    "type", obj["type"], "field is immutable")])
             if old is not None and old.get("immutable") and (obj.get("data") != old.get("data")):
                 raise errors.invalid("Secret", "", obj["metadata"]["name"], [
                     validation.cause("FieldValueForbidden", "data", "Forbidden: field is immutable when "

@@ -412,3 +412,21 @@ def test_422_about_a_sensitive_field_does_not_repeat_its_value():
     assert "hunter2-secret" not in exc.value.message and "hunter2-secret" not in fields["spec.key"]
     assert '"<omitted>"' in fields["spec.key"]
     assert '"plain"' in fields["spec.other"], "other fields still show what was wrong"
+
+
+def test_secret_rules_kube_applies():
+    objects = _objects()
+    secret = objects.registry.get("", "v1", "secrets")
+    with pytest.raises(errors.ApiError) as exc:
+        objects.create(secret, {"metadata": {"name": "t"}, "type": "kubernetes.io/tls", "data": {"tls.crt": "eA=="}},
+                       "default")
+    assert [c["field"] for c in exc.value.details["causes"]] == ["data[tls.key]"]
+    made, _ = objects.create(secret, {"metadata": {"name": "o"}, "stringData": {"k": "v"}}, "default")
+    assert made["type"] == "Opaque" and made["data"] == {"k": "dg=="} and "stringData" not in made
+    with pytest.raises(errors.ApiError) as exc:
+        objects.update(secret, dict(made, type="kubernetes.io/tls", data={"tls.crt": "eA==", "tls.key": "eA=="}),
+                       "default", "o")
+    assert exc.value.details["causes"][0]["field"] == "type"
+    with pytest.raises(errors.ApiError) as exc:
+        objects.create(secret, {"metadata": {"name": "b"}, "data": {"k": "not base64!"}}, "default")
+    assert "not base64!" not in exc.value.message, "secret contents never echo in errors"
