@@ -280,7 +280,12 @@ class WorkerPool:
         log.error("gateway worker %d exited with %s; starting it again", worker.index, worker.process.exitcode)
         task = loop.create_task(self._spawn(worker.index))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._restarted)
+
+    def _restarted(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a gateway worker could not be started again: %s; /readyz reports it", task.exception())
 
     def _broadcast(self, message: tuple) -> None:
         self._seq += 1

@@ -73,3 +73,21 @@ async def test_revocation_published_in_the_parent_closes_a_worker_watch_within_a
                     pass
                 raise aiohttp.ServerDisconnectedError()
         assert loop.time() - t0 < 1.0
+
+
+async def test_a_worker_that_dies_is_started_again_with_the_current_state(pooled, session_for, issuer_key):
+    import os
+    import signal
+    old = pooled._pool._workers[0].process
+    os.kill(old.pid, signal.SIGKILL)
+    async with asyncio.timeout(10):
+        while pooled._pool._workers[0].process is old:
+            await asyncio.sleep(0.02)
+        assert pooled.readiness()[0] is False or pooled._pool._workers[0].process.is_alive()
+        while pooled.readiness() != (True, "ok"):
+            await asyncio.sleep(0.02)
+    token = make_token(issuer_key)
+    for _ in range(8):
+        async with session_for(pooled, force_close=True).get(URL + "/api/v1/pods",
+                                                              headers={"Authorization": f"Bearer {token}"}) as r:
+            assert r.status == 200
