@@ -197,9 +197,11 @@ async def test_client_going_away_cancels_the_upstream_watch(gateway, session_for
     s = session_for(gateway)
     resp = await s.get(PODS + "?watch=true", headers={"Authorization": f"Bearer {make_token(issuer_key)}"})
     await resp.content.readline()
+    assert _gauge(gateway, "watches", "entrance") == 1
     resp.close()
     async with asyncio.timeout(2):
         await upstream.watch_closed.wait()
+    await _until(lambda: _gauge(gateway, "watches", "entrance") == 0)
 
 
 async def test_thousand_concurrent_requests_with_one_fresh_token_make_one_dex_call(
