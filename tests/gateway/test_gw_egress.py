@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from conftest import CLUSTER, ENTRANCE_HOST, gateway_config, load_certs, make_token, registry_for
+from gw_support import CLUSTER, ENTRANCE_HOST, gateway_config, load_certs, make_token, registry_for
 from gateway.server import Gateway
 
 EGRESS = "https://peering-gateway.d8-peering.svc"
