@@ -37,16 +37,17 @@ WRITE_CONCURRENCY = 16
 UNREACHABLE_REASONS = frozenset({cond.PEER_UNREACHABLE, cond.PEER_REFUSED_CERTIFICATE})
 
 
-async def bounded(coros: list, limit: int = WRITE_CONCURRENCY) -> None:
-    """Run the writes with at most `limit` in flight; the first failure is raised after all finished."""
-    if not coros:
+async def bounded(fn, items: list, limit: int = WRITE_CONCURRENCY) -> None:
+    """`await fn(item)` for every item with at most `limit` in flight (coroutines are made only when a slot is
+    free, so a cancelled pass leaves none un-awaited); the first failure is raised after all finished."""
+    if not items:
         return
     gate = asyncio.Semaphore(limit)
 
-    async def one(coro):
+    async def one(item):
         async with gate:
-            return await coro
-    results = await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)
+            return await fn(item)
+    results = await asyncio.gather(*(one(i) for i in items), return_exceptions=True)
     for r in results:
         if isinstance(r, BaseException):
             raise r
@@ -147,9 +148,9 @@ class GrantsReconciler:
         async def update(obj: dict) -> None:
             await self.kube.update(RBAC_KINDS[obj["kind"]], obj)
 
-        await bounded([delete(o) for o in diff.delete])
-        await bounded([create(o) for o in diff.create])
-        await bounded([update(o) for o in diff.update])
+        await bounded(delete, diff.delete)
+        await bounded(create, diff.create)
+        await bounded(update, diff.update)
 
     async def _apply_project_peers(self, key: str, desired: list[dict]) -> None:
         existing = [o for o in self.projectpeers.items() if key in owner_names(o)
@@ -178,7 +179,7 @@ class GrantsReconciler:
             except (Conflict, NotFound):
                 pass  # the next pass compares again
 
-        await bounded([delete(o) for o in existing
-                       if (o["metadata"].get("namespace"), o["metadata"]["name"]) not in want])
-        await bounded([create(o) for o in desired if (o["metadata"]["namespace"], o["metadata"]["name"]) not in have])
-        await bounded([update(o) for o in project_rules.status_updates(desired, existing)])
+        await bounded(delete, [o for o in existing
+                               if (o["metadata"].get("namespace"), o["metadata"]["name"]) not in want])
+        await bounded(create, [o for o in desired if (o["metadata"]["namespace"], o["metadata"]["name"]) not in have])
+        await bounded(update, project_rules.status_updates(desired, existing))
