@@ -148,11 +148,13 @@ async def test_a_private_join_ca_travels_in_the_string(world):
     from control.kube import SECRETS
 
     private = pki.create_ca("private", now=datetime.datetime.now(datetime.timezone.utc))
+    served = pki.issue_server_cert(private, ["peering.x.lab"], now=datetime.datetime.now(datetime.timezone.utc))
     import base64
 
     x.api.create({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                   "metadata": {"name": "peering-join-tls", "namespace": "d8-peering"},
-                  "data": {"ca.crt": base64.b64encode(private.cert_pem.encode()).decode()}})
+                  "data": {k: base64.b64encode(v.encode()).decode() for k, v in (
+                      ("tls.crt", served.cert_pem), ("tls.key", served.key_pem), ("ca.crt", private.cert_pem))}})
     cache = runtime.informers.get(SECRETS, namespace="d8-peering", field_selector="metadata.name=peering-join-tls")
     await until(lambda: cache.get("peering-join-tls", "d8-peering"), what="the join Secret in the cache")
     create_invite(x, "private-ca")
