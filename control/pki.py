@@ -237,36 +237,22 @@ def make_key_and_csr(cluster_uuid: str) -> CertAndKey:
     presents the same public key and gets the same answer.
     """
     key = _new_key()
-    csr = (
-        x509.CertificateSigningRequestBuilder()
-        .subject_name(
-            x509.Name(
-                [
-                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, CLIENT_ORGANIZATION),
-                    x509.NameAttribute(NameOID.COMMON_NAME, cluster_uuid[:64]),
-                ]
-            )
-        )
-        .sign(key, hashes.SHA256())
-    )
-    return CertAndKey(csr.public_bytes(serialization.Encoding.PEM).decode(), _key_pem(key))
+    return CertAndKey(_client_csr_pem(key, cluster_uuid), _key_pem(key))
 
 
 def csr_for_key(key_pem: str, cluster_uuid: str) -> str:
     """A CSR for an existing client key (renewal keeps the key that the peer Secret holds)."""
-    key = _load_key(key_pem)
-    csr = (
-        x509.CertificateSigningRequestBuilder()
-        .subject_name(
-            x509.Name(
-                [
-                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, CLIENT_ORGANIZATION),
-                    x509.NameAttribute(NameOID.COMMON_NAME, cluster_uuid[:64]),
-                ]
-            )
-        )
-        .sign(key, hashes.SHA256())
+    return _client_csr_pem(_load_key(key_pem), cluster_uuid)
+
+
+def _client_csr_pem(key: ec.EllipticCurvePrivateKey, cluster_uuid: str) -> str:
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, CLIENT_ORGANIZATION),
+            x509.NameAttribute(NameOID.COMMON_NAME, cluster_uuid[:64]),
+        ]
     )
+    csr = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(key, hashes.SHA256())
     return csr.public_bytes(serialization.Encoding.PEM).decode()
 
 
