@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from yarl import URL
 
 from gateway.config import GatewayConfig
+from gateway.entrance import EntranceProtocol, RelayPool
 from gateway.exchange import DexClient, ExchangeCache
 from gateway.headers import bearer, check_request, forwarded_headers, request_head, response_headers
 from gateway.http import JSON, HTTPProtocol, HTTPServer, status_response
@@ -68,7 +69,8 @@ class Gateway:
         self._certs: _Certificates | None = None
         self._verified: dict[bytes, VerifiedToken] = {}
         self._keysets = KeySets()
-        self._by_fp: dict[str | None, set[HTTPProtocol]] = {}
+        # Entrance connections by client certificate fingerprint (raw-path EntranceProtocol or aiohttp's).
+        self._by_fp: dict[str | None, set[Any]] = {}
         self._servers: list[asyncio.AbstractServer] = []
         self._http: list[HTTPServer] = []
         self._acceptors: list[TLSAcceptor] = []
@@ -77,6 +79,8 @@ class Gateway:
         self._peer_pools: dict[str, tuple[bytes, UpstreamPool]] = {}
         self._retired_pools: list[UpstreamPool] = []
         self._api_pool: UpstreamPool | None = None
+        self._relay_pool: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._resolver: OverrideResolver | None = None
         self._exchange: ExchangeCache | None = None
         self._reviews: ExchangeCache | None = None
@@ -93,7 +97,7 @@ class Gateway:
         """Bind all listeners (or serve the given pre-bound sockets, as a worker does) and open the sessions.
         With more than one worker, the entrance and egress are served by worker processes."""
         cfg, limits = self.config, self.config.limits
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         workers = cfg.workers if cfg.workers > 0 else (os.cpu_count() or 1)
         if workers > 1 and not sockets:
             from gateway.workers import WorkerPool
@@ -110,6 +114,9 @@ class Gateway:
         self._api_pool = UpstreamPool(URL(cfg.api_server).raw_authority, client_context(cfg.api_ca_pem),
                                       self._resolver, connect_timeout=limits.upstream_connect_timeout,
                                       idle_timeout=limits.idle_timeout, max_idle=limits.upstream_pool_size)
+        self._relay_pool = RelayPool(URL(cfg.api_server).raw_authority, client_context(cfg.api_ca_pem),
+                                     self._resolver, connect_timeout=limits.upstream_connect_timeout,
+                                     idle_timeout=limits.idle_timeout, max_idle=limits.upstream_pool_size)
         self._api_prefix = URL(cfg.api_server).raw_path.rstrip("/")
         self._dex_session = self._session(client_context(cfg.dex_ca_pem), 64, skip=("User-Agent",))
         dex = DexClient(self._dex_session, cfg.token_endpoint, cfg.dex_client_id, cfg.dex_client_secret,
@@ -125,7 +132,7 @@ class Gateway:
         ops_http = HTTPServer(self._ops, **http_kwargs)
         self._http = [entrance_http, egress_http, join_http, ops_http]
         entrance = TLSAcceptor(name="entrance", context=lambda: self._certs and self._certs.entrance,
-                               make_protocol=entrance_http, admit=self._admit_entrance,
+                               make_protocol=lambda: EntranceProtocol(self, entrance_http), admit=self._admit_entrance,
                                count_failure=lambda reason: self.metrics.handshake_failures.labels("entrance", reason).inc(),
                                handshake_timeout=limits.handshake_timeout, max_connections=limits.max_connections,
                                on_connect=self._track)
@@ -176,6 +183,10 @@ class Gateway:
             server.close()
         for acceptor in self._acceptors:
             await acceptor.close()
+        for conns in list(self._by_fp.values()):
+            for conn in list(conns):
+                if conn.transport is not None:
+                    conn.transport.abort()
         for http in self._http:
             for conn in http.connections:
                 if conn.transport is not None:
@@ -189,7 +200,7 @@ class Gateway:
         for session in (self._api_session, self._dex_session):
             if session is not None:
                 await session.close()
-        for pool in (self._api_pool, *(p for _, p in self._peer_pools.values()), *self._retired_pools):
+        for pool in (self._api_pool, self._relay_pool, *(p for _, p in self._peer_pools.values()), *self._retired_pools):
             if pool is not None:
                 await pool.close()
         self._peer_pools.clear()
@@ -291,12 +302,7 @@ class Gateway:
             verified = self._verified.get(token_hash)
             now = time.time()
             if verified is None or verified.peer != peer.name:
-                verified = verify_peer_token(token, peer, registry, self._keysets, now=now,
-                                             skew=self.config.limits.token_skew,
-                                             max_bytes=self.config.limits.max_token_bytes)
-                if len(self._verified) > 100_000:
-                    self._verified.clear()
-                self._verified[token_hash] = verified
+                verified = self._verify_token(token, token_hash, peer, registry, now)
             elif verified.expires + self.config.limits.token_skew <= now:
                 self._verified.pop(token_hash, None)
                 raise Refusal(401, "TokenExpired", "the token has expired; read the projected token file again")
@@ -317,7 +323,18 @@ class Gateway:
             return status_response(refusal.code, refusal.cause, refusal.message, close=refusal.cause == "PeerUnknown")
         finally:
             in_flight.dec()
-            self._finish("entrance", peer_name, caps, request, code, start)
+            self._finish("entrance", peer_name, caps, request.method, request.path, code, start)
+
+    def _verify_token(self, token: str, token_hash: bytes, peer: Peer, registry: Registry,
+                      now: float) -> VerifiedToken:
+        """Verify a peer's token (raises Refusal) and remember it by its hash until the next registry."""
+        verified = verify_peer_token(token, peer, registry, self._keysets, now=now,
+                                     skew=self.config.limits.token_skew,
+                                     max_bytes=self.config.limits.max_token_bytes)
+        if len(self._verified) > 100_000:
+            self._verified.clear()
+        self._verified[token_hash] = verified
+        return verified
 
     async def _peer_call(self, request: web.BaseRequest, peer: Peer, path: str) -> web.StreamResponse:
         op = path[len("/peering/v1/"):].split("?", 1)[0]
@@ -368,7 +385,7 @@ class Gateway:
             return status_response(refusal.code, refusal.cause, refusal.message)
         finally:
             self._in_flight["egress"].dec()
-            self._finish("egress", peer_name, caps, request, code, start)
+            self._finish("egress", peer_name, caps, request.method, request.path, code, start)
 
     async def _review(self, token: str, peer: Peer, registry: Registry) -> frozenset[str]:
         if not peer.effective:
@@ -553,7 +570,7 @@ class Gateway:
             code = refusal.code
             return status_response(refusal.code, refusal.cause, refusal.message)
         finally:
-            self._finish("join", "-", "-", request, code, start)
+            self._finish("join", "-", "-", request.method, request.path, code, start)
 
     async def _ops(self, request: web.BaseRequest) -> web.StreamResponse:
         path = request.path
@@ -575,7 +592,7 @@ class Gateway:
         self.metrics.dex_latency.observe(seconds)
         self.metrics.exchange_calls.labels(outcome).inc()
 
-    def _finish(self, listener: str, peer: str, caps: str, request: web.BaseRequest, code: int,
+    def _finish(self, listener: str, peer: str, caps: str, method: str, path: str, code: int,
                 start: float) -> None:
         elapsed = time.perf_counter() - start
         key = (listener, peer, caps, code // 100)
@@ -589,7 +606,7 @@ class Gateway:
         self._latency[listener].observe(elapsed)
         if self.config.access_log and access_log.isEnabledFor(logging.INFO):
             access_log.info(json.dumps({"listener": listener, "peer": peer, "capabilities": caps,
-                                        "method": request.method, "path": request.path, "code": code,
+                                        "method": method, "path": path, "code": code,
                                         "ms": round(elapsed * 1000, 3)}, separators=(",", ":")))
 
 
