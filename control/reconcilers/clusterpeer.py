@@ -250,6 +250,7 @@ class ClusterPeerReconciler:
         spec_error: tuple[str, str] | None = None
         invite = None
         peer = status.get("peer") if isinstance(status.get("peer"), dict) else None
+        just_joined = False
 
         if ptype == "Invite":
             invite, spec_error, wait = self._invite(cp, status.get("invite"), own_uuid, ca_pem, now,
@@ -261,7 +262,7 @@ class ClusterPeerReconciler:
                 return outcome
             spec_error, values, joined_peer, wait = outcome
             if joined_peer is not None:
-                peer = joined_peer
+                peer, just_joined = joined_peer, True
             waits.append(wait)
             cstate = creds.credentials_state(values, ca_pem, now)
         elif ptype not in ("Invite", "Join"):
@@ -270,7 +271,9 @@ class ClusterPeerReconciler:
         complete = cstate.progress == "complete" and not cstate.from_other_ca
         if complete:
             values = await self._renew(key, mem, values, own_uuid, now)
-            if ptype == "Join" and mem.delivered != values.get("issued.crt"):
+            # Right after the join, our status (with the offer the inviter pulls as soon as it has its
+            # certificate) is written first; the next pass, a moment later, delivers the certificate.
+            if ptype == "Join" and mem.delivered != values.get("issued.crt") and not just_joined:
                 await self._deliver(key, mem, values)
             if mem.pull_at <= time.monotonic() or peer is None:
                 peer = await self._pull(key, mem, values, peer, now)
