@@ -121,8 +121,9 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
 def make_pki(d: pathlib.Path) -> dict:
     import trustme
     from jwcrypto import jwk, jwt
-    ca = trustme.CA()
-    api_ca = trustme.CA()
+    # ECDSA P-256 everywhere, as the peering CA issues.
+    ca = trustme.CA(key_type=trustme.KeyType.ECDSA)
+    api_ca = trustme.CA(key_type=trustme.KeyType.ECDSA)
     files = {}
 
     def save(name: str, data: bytes) -> str:
@@ -224,6 +225,8 @@ def target_nginx_body(f: dict, port: int, upstream_port: int) -> str:
         ssl_ciphers {CIPHERS};
         ssl_prefer_server_ciphers on;
         ssl_session_cache off;
+        ssl_session_tickets off;
+        ssl_conf_command NumTickets 0;
         large_client_header_buffers 4 32k;
         client_max_body_size 3m;
         location / {{

@@ -42,6 +42,12 @@ def server_context(cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes | None)
     except ssl.SSLError as exc:
         raise ValueError(f"the server certificate and key do not load ({exc.reason}); check that the key "
                          "belongs to the certificate and both are PEM") from None
+    # No TLS 1.3 session tickets (nor TLS 1.2 ones): the peers' clients do not resume, and a resumed session
+    # would skip the check of the client certificate against a CA that may have been rotated since. Each ticket
+    # also costs OpenSSL a copy of the session with the client certificate decoded again, the largest single
+    # cost of a full handshake after the signatures.
+    ctx.num_tickets = 0
+    ctx.options |= ssl.OP_NO_TICKET
     if client_ca_pem is not None:
         ctx.verify_mode = ssl.CERT_REQUIRED
         try:
@@ -221,7 +227,18 @@ class _Accept(asyncio.Protocol):
         pass
 
 
+_SSL_PROTOCOLS: dict[type, type] = {}
+
+
 def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> type:
+    """The SSL protocol of the running loop's kind, looked up once per loop class (this is per handshake)."""
+    cls = _SSL_PROTOCOLS.get(type(loop))
+    if cls is None:
+        cls = _SSL_PROTOCOLS[type(loop)] = _find_ssl_protocol_class(loop)
+    return cls
+
+
+def _find_ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> type:
     try:
         import uvloop
         if isinstance(loop, uvloop.Loop):
@@ -233,8 +250,19 @@ def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> type:
     return AsyncioSSLProtocol
 
 
+_FINGERPRINTS: dict[bytes, str] = {}
+
+
 def peer_fingerprint(transport: asyncio.BaseTransport) -> str | None:
-    """SHA-256 (lower hex) of the DER of the client certificate of a TLS transport."""
+    """SHA-256 (lower hex) of the DER of the client certificate of a TLS transport, computed once per certificate:
+    a peer reconnects with the same one."""
     ssl_object = transport.get_extra_info("ssl_object")
     der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-    return hashlib.sha256(der).hexdigest() if der else None
+    if not der:
+        return None
+    fp = _FINGERPRINTS.get(der)
+    if fp is None:
+        if len(_FINGERPRINTS) >= 4096:
+            _FINGERPRINTS.clear()  # bounded: a flood of distinct certificates costs a hash each, never memory
+        fp = _FINGERPRINTS[der] = hashlib.sha256(der).hexdigest()
+    return fp

@@ -270,3 +270,21 @@ async def test_tls_below_1_2_is_refused_and_1_3_and_1_2_are_served(gateway, pki)
         writer.close()
         await writer.wait_closed()
     assert 'reason="protocol_version"' in gateway.metrics_text().decode()
+
+
+async def test_no_session_tickets_are_issued(gateway, pki):
+    # Every connection is a full handshake checked against the current CA, as nginx is configured in the bench.
+    for version in (ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2):
+        ctx = client_ssl(pki)
+        ctx.maximum_version = version
+        reader, writer = await asyncio.open_connection("127.0.0.1", gateway.entrance_port, ssl=ctx,
+                                                       server_hostname=ENTRANCE_HOST)
+        try:
+            # TLS 1.3 tickets come after the handshake: an answer read means any ticket would have arrived.
+            writer.write(b"GET /api HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 401 ")
+            session = writer.get_extra_info("ssl_object").session
+            assert session is None or not session.has_ticket, version
+        finally:
+            writer.close()
+            await writer.wait_closed()
