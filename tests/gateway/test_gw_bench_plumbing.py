@@ -43,6 +43,14 @@ def test_wrk_output_is_parsed(bench):
     assert r["latency_ms"] == {"p50": 0.71, "p75": 9.27, "p90": 12.28, "p99": 1200.0}
 
 
+def test_latency_is_the_median_of_each_percentile_over_runs(bench):
+    runs = [{"rps": rps, "latency_ms": {"p50": p50, "p99": p99}} for rps, p50, p99 in
+            ((100.0, 1.0, 9.0), (300.0, 3.0, 2.0), (200.0, 2.0, 50.0))]
+    summary = bench.latency_summary(runs)
+    assert summary["rps"] == 200.0 and summary["latency_ms"] == {"p50": 2.0, "p99": 9.0}
+    assert summary["p99_runs"] == [9.0, 2.0, 50.0]
+
+
 def test_process_accounting_reads_this_process(bench):
     assert bench.pss_kib(os.getpid()) > 1000
     assert bench.cpu_seconds(os.getpid()) > 0
