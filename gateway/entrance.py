@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from gateway.headers import HOP_BY_HOP, bearer, check_request, forwarded_headers, request_head
 from gateway.resolve import OverrideResolver
 from gateway.status import Refusal, status_body
+from gateway.tls import forget_decoded_peer_certificate
 from gateway.upstream import UpstreamError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -216,6 +217,7 @@ class Relay(asyncio.Protocol):
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
+        forget_decoded_peer_certificate(transport)
 
     def start(self, owner: "EntranceProtocol", head: bytes, head_only: bool) -> None:
         self.owner = owner

@@ -355,3 +355,20 @@ async def test_idle_keep_alive_connection_is_closed_after_the_idle_timeout(scrip
         assert await asyncio.wait_for(reader.read(), 5) == b""
     finally:
         await close(writer)
+
+
+async def test_held_connections_keep_no_decoded_peer_certificate(scripted_gateway, pki, issuer_key):
+    gw, _ = await scripted_gateway([ok(b"{}")])
+    reader, writer = await connect(gw, pki)
+    try:
+        writer.write(get("/api/v1/pods", make_token(issuer_key)))
+        assert (await read_answer(reader))[0] == 200
+        (fp, conns), = gw._by_fp.items()
+        (conn,) = conns
+        # The peer is still known by its certificate's fingerprint; only the decoded copy is gone.
+        assert gw.registry.by_fingerprint[fp].name == "peer"
+        assert conn.transport.get_extra_info("peercert") == {}
+        (relay,) = gw._relay_pool.all
+        assert relay.transport.get_extra_info("peercert") == {}
+    finally:
+        await close(writer)
