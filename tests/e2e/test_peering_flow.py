@@ -84,9 +84,12 @@ async def test_capability_accepted_and_effective_on_both_sides(lab):
         peer_uuid = status["peer"]["clusterUUID"]
         assert status["access"]["audiences"] == [{"capability": CAP, "audience": audience(peer_uuid, CAP)}]
         assert status["access"]["endpoint"] == f"https://peering-gateway.d8-peering.svc/peers/{name}"
-        role = cluster.api.get("rbac.authorization.k8s.io", "roles", f"d8:peering:{name}:{CAP}", PROJECT)
+        # The grants follow the status (their own reconciler): wait for them, then check them.
+        role = await until(lambda: cluster.api.get("rbac.authorization.k8s.io", "roles", f"d8:peering:{name}:{CAP}",
+                                                   PROJECT), what="the Role of the grant")
+        binding = await until(lambda: cluster.api.get("rbac.authorization.k8s.io", "rolebindings",
+                                                      f"d8:peering:{name}:{CAP}", PROJECT), what="its RoleBinding")
         assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]
-        binding = cluster.api.get("rbac.authorization.k8s.io", "rolebindings", f"d8:peering:{name}:{CAP}", PROJECT)
         assert binding["subjects"][0]["name"] == f"peering:{peer_uuid}:system:serviceaccount:consumer:app"
         await until_equal(lambda: (condition(clusterpeer(cluster, name), "TokenExchangeReady").get("reason"),
                                    condition(clusterpeer(cluster, name), "ClientCertEnforced").get("reason"),
@@ -194,7 +197,8 @@ async def test_a_pair_goes_when_a_side_loses_the_project_and_comes_back_with_it(
     await until(lambda: a.api.get(GROUP, "projectpeers", "to-b", PROJECT) is None, what="a's ProjectPeer gone")
     await until_equal(lambda: _status(a, "to-b").get("pairedProjectsCount"), 0)
     await until_equal(lambda: _status(a, "to-b").get("grants"), [{"capability": CAP, "namespaces": []}])
-    assert a.api.get("rbac.authorization.k8s.io", "roles", f"d8:peering:to-b:{CAP}", PROJECT) is None
+    await until(lambda: a.api.get("rbac.authorization.k8s.io", "roles", f"d8:peering:to-b:{CAP}", PROJECT) is None,
+                what="the Role of the lost pair gone")
     b.api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "Project", "metadata": {"name": PROJECT}})
     await until_equal(lambda: (_project_peer(a, "to-b").get("status") or {}).get("state"), "Paired")
     await until_equal(lambda: _status(a, "to-b").get("grants"),
