@@ -34,16 +34,13 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from lab.cluster import default_peering_command  # noqa: E402
 from lab.testing import lab_clusters  # noqa: E402
 from peering_lab import (API_VERSION, GROUP, WriteCounter, clusterpeer, connection_string, create_invite,  # noqa: E402
-                         create_join, grant_cluster_uuid_watch, ready)
+                         create_join, ready)
 
 SECTION = "## Control loop"
 
 
 def peering_command(cluster):
-    cmd = default_peering_command(cluster)
-    if cmd is not None:
-        grant_cluster_uuid_watch(cluster)
-    return cmd
+    return default_peering_command(cluster)
 
 
 async def wait_for(fn, timeout: float, what: str, interval: float = 0.01):

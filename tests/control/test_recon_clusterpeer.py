@@ -22,7 +22,7 @@ from lab.testing import lab_clusters
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "e2e"))
 from peering_lab import (API_VERSION, GROUP, clusterpeer, condition, connection_string, create_invite,  # noqa: E402
-                         create_join, grant_cluster_uuid_watch, ready, until, until_equal)
+                         create_join, ready, until, until_equal)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -44,7 +44,6 @@ class Sink:
 async def world(tmp_path_factory):
     async with lab_clusters(tmp_path_factory.mktemp("lab"), ["x"], peering_command=None) as lab:
         x = lab["x"]
-        grant_cluster_uuid_watch(x)
         resolve = x.process_resolve()
         settings = Settings(public_domain_template="%s.x.lab",
                             kube=KubeSettings(kubeconfig=str(x.path("peering-kubeconfig")), namespace="d8-peering"),
