@@ -674,6 +674,19 @@ class Story:
         for k, name in ((self.a, a_peer), (self.b, b_peer)):
             self.wait_projectpeer(k, name, "Paired")
             self.expect_row(k, ("-n", PROJECT, "get", "projectpeers"), name, STATE="Paired")
+        self.wait_grants(a_peer)
+
+    def wait_grants(self, a_peer: str) -> None:
+        """Wait until a's ClusterPeer lists the access it grants b's consumers in the project (status.grants)."""
+        def probe() -> tuple[bool, str]:
+            obj = self.a.get_optional("clusterpeer", a_peer)
+            grants = ((obj or {}).get("status") or {}).get("grants") or []
+            ok = any(g.get("capability") == CAPABILITY and PROJECT in (g.get("namespaces") or []) for g in grants)
+            return ok, f"grants={grants!r}"
+
+        cmd = ("get", "clusterpeer", a_peer, "-o", "jsonpath={.status.grants}{\"\\n\"}")
+        self.until(f"{CAPABILITY} granted in namespace {PROJECT}", f"a$ kubectl {_quote(list(cmd))}", probe)
+        self.a.ok(self.step, *cmd)
 
     # 5
 
@@ -863,6 +876,7 @@ class Story:
                        effective)
         self.expect_row(self.b, ("get", "clusterpeers"), b_peer, PHASE="Active", READY="True", EFFECTIVE=CAPABILITY)
         self.wait_projectpeer(self.b, b_peer, "Paired")
+        self.wait_grants(a_peer)
         self.say("the consumer takes the new CA from status.access and reads again")
         consumer = self.consumer_kubeconfig(CONSUMER, b_peer)
         done = consumer.ok(self.step, "get", "configmaps", "-n", PROJECT)
