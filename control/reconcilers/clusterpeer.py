@@ -85,6 +85,17 @@ def desired_provider(clusterpeer: dict, peer_uuid: str, issuer_url: str, jwks: s
     }
 
 
+def made_with_other_ca(status: dict, ca_pem: str) -> bool:
+    """Whether the status of a ClusterPeer shows it was established with a peering CA other than `ca_pem`."""
+    old = (status.get("access") or {}).get("caBundle") if isinstance(status.get("access"), dict) else None
+    if not isinstance(old, str) or not old.strip():
+        return False
+    try:
+        return pki.fingerprint(old) != pki.fingerprint(ca_pem)
+    except pki.PKIError:
+        return True
+
+
 def sync_failure(answer: Answer) -> tuple[str, str]:
     """(reason, message) of a failed offer pull; a refused client certificate says the peer probably revoked us."""
     body = answer.body if isinstance(answer.body, dict) else {}
@@ -247,16 +258,21 @@ class ClusterPeerReconciler:
         secret = self.secrets.get(creds.secret_name(key), self.namespace)
         values = creds.secret_values(secret)
         cstate = creds.credentials_state(values, ca_pem, now)
+        # A re-enabled module has a new CA and, its namespace having been removed, no peer Secret: the status of
+        # an established peering still names the CA it was made with (status.access.caBundle).
+        other_ca = cstate.from_other_ca or made_with_other_ca(status, ca_pem)
         spec_error: tuple[str, str] | None = None
         invite = None
         peer = status.get("peer") if isinstance(status.get("peer"), dict) else None
         just_joined = False
 
-        if ptype == "Invite":
+        if other_ca:
+            invite = status.get("invite") if isinstance(status.get("invite"), dict) else None
+        elif ptype == "Invite":
             invite, spec_error, wait = self._invite(cp, status.get("invite"), own_uuid, ca_pem, now,
                                                     joined=cstate.progress != "none")
             waits.append(wait)
-        elif ptype == "Join" and cstate.progress != "complete" and not cstate.from_other_ca:
+        elif ptype == "Join" and cstate.progress != "complete":
             outcome = await self._join(cp, mem, values, secret, own_uuid, ca, offer, now, generation)
             if isinstance(outcome, Result):
                 return outcome
@@ -268,7 +284,7 @@ class ClusterPeerReconciler:
         elif ptype not in ("Invite", "Join"):
             spec_error = (cond.INVALID_SPEC, f"spec.type {ptype!r} is not Invite or Join; set one of them")
 
-        complete = cstate.progress == "complete" and not cstate.from_other_ca
+        complete = cstate.progress == "complete" and not other_ca
         if complete:
             values = await self._renew(key, mem, values, own_uuid, now)
             # Right after the join, our status (with the offer the inviter pulls as soon as it has its
@@ -290,6 +306,8 @@ class ClusterPeerReconciler:
         if complete:
             token_exchange = await self._provider(cp, peer, peer_uuid, own_uuid, eff.names)
             access = desired_access(key, peer_uuid, ca_pem, eff.names)
+        elif other_ca:
+            access = status.get("access")  # kept: it is what tells this peering was made with the old CA
         sync_error = mem.sync_error if complete else None
         if complete and ptype == "Join" and mem.delivered != values.get("issued.crt") and sync_error is None:
             sync_error = (CREDENTIALS_UNDELIVERED, "the inviting cluster has not received our certificate for its "
@@ -302,7 +320,7 @@ class ClusterPeerReconciler:
             waits.append(max(0.5, self.selfcheck.due_in()))
 
         state = cond.PeeringState(
-            type=ptype, credentials=cstate.progress, credentials_from_other_ca=cstate.from_other_ca,
+            type=ptype, credentials=cstate.progress, credentials_from_other_ca=other_ca,
             spec_error=spec_error, invite=invite,
             join_error=(mem.join_error[1], mem.join_error[2]) if mem.join_error else None,
             has_peer_offer=peer is not None, sync_error=sync_error, token_exchange=token_exchange)

@@ -143,3 +143,16 @@ def test_grants_follow_only_an_established_peering(status, expected):
     from control.reconcilers.grants import established
 
     assert established({"status": status}) is expected
+
+
+def test_a_status_made_with_another_ca_is_recognised():
+    from control import pki
+    from control.reconcilers.clusterpeer import made_with_other_ca
+
+    old, new = pki.create_ca("old", now=T0), pki.create_ca("new", now=T0)
+    assert made_with_other_ca({"access": {"caBundle": old.cert_pem}}, new.cert_pem) is True
+    assert made_with_other_ca({"access": {"caBundle": new.cert_pem}}, new.cert_pem) is False
+    # Never established (no access yet): nothing to compare, a join or an invite goes on as usual.
+    assert made_with_other_ca({}, new.cert_pem) is False
+    assert made_with_other_ca({"access": {"caBundle": ""}}, new.cert_pem) is False
+    assert made_with_other_ca({"access": {"caBundle": "not a certificate"}}, new.cert_pem) is True
