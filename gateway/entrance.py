@@ -350,7 +350,7 @@ class Relay(asyncio.Protocol):
         elif self.transport is not None:
             self.transport.abort()
         if owner is not None:
-            owner.response_done(True)
+            owner.response_done()
 
     def _fail(self, detail: str) -> None:
         owner, self.owner = self.owner, None
@@ -640,10 +640,11 @@ class EntranceProtocol(asyncio.Protocol):
 
     # ----- callbacks of the relay ---------------------------------------------------------------------------
     def response_started(self) -> None:
+        self.head = b""  # kept only to retry on a fresh connection before any answer; a watch holds no copy
         if self.watch:
             self.gw.metrics.watches.labels("entrance", self.peer).inc()
 
-    def response_done(self, ok: bool) -> None:
+    def response_done(self) -> None:
         relay, self.relay = self.relay, None
         if relay is not None and self.paused:
             relay.resume_reading()
