@@ -7,6 +7,9 @@ whatever certificate is served, ours or not). Then one HTTP request on it:
 - an HTTP answer comes back: something let the request through without a client certificate, so something in front
   terminates TLS (ClientCertNotRequired);
 - no connection at all: EntranceUnreachable.
+A TLS 1.2 entrance refuses the missing client certificate inside the handshake, so Python's ssl never hands over the
+certificate it did send; the probe then reads it in a second handshake (`served_certificate`) driven through
+OpenSSL's verify callback, which sees the server's Certificate message before the refusal.
 The certificate the handshake brought goes to `conditions.server_cert_condition`. The probe runs at most once per
 `interval` (single-flight); `invalidate()` makes the next call probe again (after a certificate reload).
 """
@@ -21,6 +24,7 @@ import time
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
+from OpenSSL import SSL
 
 from control.rules.conditions import Cond, client_cert_condition, server_cert_condition
 
@@ -54,9 +58,19 @@ async def probe(host: str, port: int, address: tuple[str, int] | None = None, *,
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(ip, target_port, ssl=_probe_context(), server_hostname=host), timeout)
     except ssl.SSLError as exc:
-        # A TLS 1.2 server refuses the missing certificate inside the handshake: it did enforce it, but we did not
-        # get to see its certificate.
-        return Probe("refused", None, f"handshake refused: {exc.reason or exc}")
+        # A TLS 1.2 server refuses the missing certificate inside the handshake: it did enforce it, and its
+        # certificate went by before the refusal, where only a second, callback-driven handshake can see it.
+        return Probe("refused", await served_certificate(host, ip, target_port, timeout=timeout),
+                     f"handshake refused: {exc.reason or exc}")
+    except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
+        # The TCP connection was made and torn down inside the handshake: what a TLS 1.2 server refusing the
+        # missing certificate looks like to asyncio when it closes before its alert is read. It was refused only if
+        # a TLS server really sent a certificate; anything else is not an entrance that serves.
+        cert_pem = await served_certificate(host, ip, target_port, timeout=timeout)
+        if cert_pem is None:
+            return Probe("unreachable", None, f"the connection was closed during the TLS handshake "
+                                              f"({type(exc).__name__})")
+        return Probe("refused", cert_pem, "handshake refused: the connection was closed")
     except (OSError, asyncio.TimeoutError) as exc:
         return Probe("unreachable", None, str(exc) or type(exc).__name__)
     cert_pem = None
@@ -82,6 +96,55 @@ async def probe(host: str, port: int, address: tuple[str, int] | None = None, *,
         return Probe("served", cert_pem)
     # The connection closed without an answer: a TLS 1.3 server sends its alert after our side finished.
     return Probe("refused", cert_pem)
+
+
+async def served_certificate(host: str, ip: str, port: int, *, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """The leaf certificate (PEM) the server at `ip`:`port` sends for SNI `host`, whether or not the handshake
+    completes afterwards; None when none came (no connection, no TLS, a timeout)."""
+    seen: list[x509.Certificate] = []
+
+    def verify(_conn, cert, _errno, depth, _ok) -> bool:
+        if depth == 0 and not seen:
+            seen.append(cert.to_cryptography())
+        return True  # judged by conditions.server_cert_condition, not here
+
+    ctx = SSL.Context(SSL.TLS_CLIENT_METHOD)
+    ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
+    ctx.set_verify(SSL.VERIFY_PEER, verify)
+    conn = SSL.Connection(ctx, None)  # memory BIOs: the bytes go through asyncio streams
+    conn.set_tlsext_host_name(host.encode("idna"))
+    conn.set_connect_state()
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(ip, port)
+            try:
+                while not seen:
+                    try:
+                        conn.do_handshake()
+                        break
+                    except SSL.WantReadError:
+                        pass
+                    except SSL.Error:
+                        break
+                    while True:
+                        try:
+                            writer.write(conn.bio_read(65536))
+                        except SSL.WantReadError:
+                            break
+                    await writer.drain()
+                    data = await reader.read(65536)
+                    if not data:
+                        break
+                    conn.bio_write(data)
+            finally:
+                writer.close()
+                try:
+                    await asyncio.wait_for(writer.wait_closed(), 1.0)
+                except (OSError, asyncio.TimeoutError):
+                    pass
+    except (OSError, TimeoutError):
+        pass
+    return seen[0].public_bytes(Encoding.PEM).decode() if seen else None
 
 
 def conditions_of(result: Probe, ca_pem: str, host: str, now: datetime.datetime) -> tuple[Cond, Cond]:

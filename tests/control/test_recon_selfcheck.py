@@ -11,14 +11,16 @@ import ssl
 import pytest
 
 from control import pki
-from control.selfcheck import SelfCheck, conditions_of, probe
+from control.selfcheck import SelfCheck, conditions_of, probe, served_certificate
 
 HOST = "peering-gateway.x.lab"
 NOW = datetime.datetime.now(datetime.timezone.utc)
 
 
-async def _serve(cert: pki.CertAndKey, *, require_client_cert: bool, tmp_path):
+async def _serve(cert: pki.CertAndKey, *, require_client_cert: bool, tmp_path,
+                 max_version: ssl.TLSVersion = ssl.TLSVersion.MAXIMUM_SUPPORTED):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.maximum_version = max_version
     (tmp_path / "c.pem").write_text(cert.cert_pem)
     (tmp_path / "k.pem").write_text(cert.key_pem)
     ctx.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
@@ -70,6 +72,42 @@ async def test_probe_reasons(ca, tmp_path, require, cert_kind, expected):
     client, server_cond = conditions_of(result, ca.cert_pem, HOST, NOW)
     assert (client.reason, server_cond.reason) == expected
     assert result.cert_pem is not None
+
+
+@pytest.mark.parametrize("cert_kind, expected", [
+    ("ours", ("ClientCertRequired", "PeeringRootCert")),
+    ("foreign", ("ClientCertRequired", "ForeignCert")),
+    ("expired", ("ClientCertRequired", "ForeignCert")),
+])
+async def test_tls12_entrance_refusing_in_the_handshake_still_shows_its_certificate(ca, tmp_path, cert_kind,
+                                                                                    expected):
+    # TLS 1.2 refuses the missing client certificate inside the handshake, so the plain probe fails there.
+    issuer = ca if cert_kind != "foreign" else pki.create_ca("someone", now=NOW)
+    issued_at = NOW if cert_kind != "expired" else NOW - datetime.timedelta(days=60)
+    served = pki.issue_server_cert(issuer, [HOST], now=issued_at)
+    server, port = await _serve(served, require_client_cert=True, tmp_path=tmp_path,
+                                max_version=ssl.TLSVersion.TLSv1_2)
+    try:
+        result = await probe(HOST, 443, ("127.0.0.1", port))
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert result.client == "refused" and result.detail.startswith("handshake refused")
+    assert result.cert_pem is not None and result.cert_pem.strip() == served.cert_pem.strip()
+    client, server_cond = conditions_of(result, ca.cert_pem, HOST, NOW)
+    assert (client.reason, server_cond.reason) == expected
+
+
+async def test_reading_the_certificate_of_a_plain_tcp_server_gives_none(ca):
+    async def close_at_once(reader, writer):
+        writer.close()
+    server = await asyncio.start_server(close_at_once, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        assert await served_certificate(HOST, "127.0.0.1", port, timeout=2.0) is None
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def test_nothing_listening_is_entrance_unreachable(ca):
