@@ -71,9 +71,37 @@ class Collection:
 
     def __init__(self, history: int) -> None:
         self.objects: dict[tuple[str, str], dict] = {}
+        # Reads far outnumber writes (the RBAC check of every request lists the bindings of its namespace), so
+        # lists come from a per-namespace index and a sorted view kept until the next write, not from sorting
+        # every object of the resource on each call.
+        self.by_namespace: dict[str, dict[str, dict]] = {}
+        self._sorted: list[dict] | None = None
         self.history: deque[Event] = deque(maxlen=history)
         self.truncated_rv = 0          # resourceVersion of the newest event no longer in history
         self.watchers: set[Watcher] = set()
+
+    def set(self, ns: str, name: str, obj: dict) -> None:
+        self.objects[(ns, name)] = obj
+        self.by_namespace.setdefault(ns, {})[name] = obj
+        self._sorted = None
+
+    def pop(self, ns: str, name: str) -> None:
+        self.objects.pop((ns, name), None)
+        names = self.by_namespace.get(ns)
+        if names is not None:
+            names.pop(name, None)
+            if not names:
+                del self.by_namespace[ns]
+        self._sorted = None
+
+    def listed(self, namespace: str | None) -> list[dict]:
+        """The objects (of one namespace, or all) in (namespace, name) order, as a new list."""
+        if namespace is not None:
+            names = self.by_namespace.get(namespace)
+            return [names[n] for n in sorted(names)] if names else []
+        if self._sorted is None:
+            self._sorted = [o for _, o in sorted(self.objects.items(), key=lambda kv: kv[0])]
+        return list(self._sorted)
 
     def record(self, ev: Event) -> None:
         if len(self.history) == self.history.maxlen:
@@ -116,10 +144,7 @@ class Store:
         c = self._collections.get(key)
         if not c:
             return []
-        items = c.objects.items()
-        if namespace is not None:
-            return [o for (ns, _), o in sorted(items, key=lambda kv: kv[0]) if ns == namespace]
-        return [o for _, o in sorted(items, key=lambda kv: kv[0])]
+        return c.listed(namespace)
 
     def keys(self) -> list[tuple[str, str]]:
         return list(self._collections)
@@ -141,7 +166,7 @@ class Store:
         obj["metadata"] = meta
         ns = meta.get("namespace") or ""
         c = self.collection(key)
-        c.objects[(ns, meta["name"])] = obj
+        c.set(ns, meta["name"], obj)
         if meta.get("uid"):
             self.by_uid[meta["uid"]] = (key, ns, meta["name"])
         ev = Event(rv, "MODIFIED" if old is not None else "ADDED", obj, old)
@@ -155,7 +180,7 @@ class Store:
         meta = obj["metadata"]
         ns = meta.get("namespace") or ""
         c = self.collection(key)
-        c.objects.pop((ns, meta["name"]), None)
+        c.pop(ns, meta["name"])
         self.by_uid.pop(meta.get("uid", ""), None)
         gone = dict(obj)
         gone["metadata"] = dict(meta, resourceVersion=str(rv))
