@@ -1,6 +1,6 @@
 """`make demo`: the administrator's guide told on two lab clusters, through kubectl only.
 
-    python -m lab.demo                 # the story, about half a minute
+    python -m lab.demo                 # the story, a quarter of a minute
     python -m lab.demo --keep DIR      # the same, with the lab's files (kubeconfigs, logs) kept in DIR
 
 The story is `Story`, one method per step of the guide; the scenario test (tests/e2e/test_guide_scenario.py)
@@ -954,6 +954,8 @@ class Story:
         self.step6_sensitive()
         self.step7_outage()
         self.step8_revoke()
+        self.step9_reenable()
+        self.step9_anew()
 
 
 def main(argv: list[str] | None = None) -> int:
