@@ -119,7 +119,7 @@ class LeaderElector:
                 # A hung API server must not keep a leader from noticing that its renew deadline passed.
                 # (asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that races with
                 # the inner call finishing, and this task would then never stop.)
-                async with asyncio.timeout(max(period, self.settings.renew_deadline / 2)):
+                async with asyncio.timeout(self._attempt_timeout(time.monotonic())):
                     state = await self._try()
             except TimeoutError:
                 log.warning("lease attempt timed out", extra={"lease": self.settings.name})
@@ -137,6 +137,16 @@ class LeaderElector:
             # Jitter keeps candidates that started together from colliding on every attempt.
             delay = period if self.is_leader else period * random.uniform(1.0, 1.2)
             await asyncio.sleep(delay)
+
+    def _attempt_timeout(self, now: float) -> float:
+        """How long one attempt may take. A leader lets a renewal run until its renew deadline: an API server that
+        is slow under load (writes queued before the renewal) still renews in time, where cutting the request
+        short and sending it again would put it at the back of the same queue and lose a Lease that was never in
+        danger. A candidate has nothing to keep and tries again sooner."""
+        period = self.settings.retry_period
+        if self.is_leader:
+            return max(period, self.settings.renew_deadline - (now - self._last_renew))
+        return max(period, self.settings.renew_deadline / 2)
 
     async def _try(self) -> str:
         """One acquire-or-renew attempt: "held" (we hold it now), "other" (a live holder), "error"."""

@@ -127,6 +127,43 @@ async def test_a_leader_that_cannot_renew_steps_down_after_the_renew_deadline(tm
         await server.stop()
 
 
+class SlowUpdates:
+    """The session's calls as they are, but every update answers only after `delay`: an API server slowed by a
+    queue of other writes."""
+
+    def __init__(self, kube, delay: float) -> None:
+        self.kube = kube
+        self.delay = delay
+        self.updates = 0
+
+    async def get_or_none(self, *args, **kwargs):
+        return await self.kube.get_or_none(*args, **kwargs)
+
+    async def create(self, *args, **kwargs):
+        return await self.kube.create(*args, **kwargs)
+
+    async def update(self, *args, **kwargs):
+        await asyncio.sleep(self.delay)  # the latency being emulated, not a wait for a condition
+        result = await self.kube.update(*args, **kwargs)
+        self.updates += 1
+        return result
+
+
+async def test_a_leader_keeps_the_lease_while_renewals_are_slow_but_inside_the_renew_deadline(kube, api):
+    # Each renewal takes 2/3 of the renew deadline: longer than half of it (where an attempt used to be cut off
+    # and sent again), shorter than the deadline itself.
+    slow = SlowUpdates(kube, delay=FAST["renew_deadline"] * 2 / 3)
+    track = Leadership()
+    a = elector(slow, "a", track)
+    a.start()
+    try:
+        await eventually(lambda: a.is_leader, what="a leads")
+        await eventually(lambda: slow.updates >= 5, timeout=10, what="five slow renewals")
+        assert a.is_leader and track.started == 1 and track.stopped == 0 and a.transitions == 1
+    finally:
+        await a.stop()
+
+
 async def test_renew_deadline_must_be_shorter_than_the_duration(kube):
     import pytest
 
