@@ -73,7 +73,12 @@ def _refused_cert(exc: BaseException) -> bool:
 
 
 def _detail(exc: BaseException) -> str:
-    # Connection errors name the host and port, never a header or a body.
+    # Connection errors name the host and port, never a header or a body. aiohttp's own text of a connector error
+    # carries the repr of the SSL context, which tells an administrator nothing: say what the socket said instead.
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        cause = getattr(exc, "certificate_error", None) or exc.os_error
+        why = getattr(cause, "strerror", None) or str(cause) or type(cause).__name__
+        return f"cannot connect to {exc.host}:{exc.port}: {why}"[:300]
     text = str(exc) or type(exc).__name__
     return text[:300]
 
