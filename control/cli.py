@@ -81,6 +81,26 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get("PEERING_" + name.upper().replace("-", "_"), default)
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _log_level(text: str) -> str:
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a log level; give one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds; give a positive number such as 30")
+    return value
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -127,15 +147,17 @@ def parser() -> argparse.ArgumentParser:
                      help="Secret in the module namespace with clientID and clientSecret")
     run.add_argument("--workers", type=_positive, default=_positive(_env("workers", "1")),
                      help="gateway worker processes")
-    run.add_argument("--peer-sync-interval", type=float,
-                     default=float(_env("peer-sync-interval", str(ControlSettings.peer_sync_interval))),
+    # String defaults (from the environment) go through `type` like flags do, so a bad PEERING_* value gets the
+    # same clear usage error as a bad flag.
+    run.add_argument("--peer-sync-interval", type=_seconds,
+                     default=_env("peer-sync-interval", str(ControlSettings.peer_sync_interval)),
                      help="seconds between pulls of each peer's offer")
-    run.add_argument("--selfcheck-interval", type=float,
-                     default=float(_env("selfcheck-interval", str(ControlSettings.selfcheck_interval))),
+    run.add_argument("--selfcheck-interval", type=_seconds,
+                     default=_env("selfcheck-interval", str(ControlSettings.selfcheck_interval)),
                      help="seconds between probes of our own entrance")
     run.add_argument("--identity", default=_env("identity"), help="Lease holder identity (default hostname-pid)")
-    run.add_argument("--log-level", default=_env("log-level", "INFO"),
-                     choices=["DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error"])
+    run.add_argument("--log-level", default=_env("log-level", "INFO"), type=_log_level,
+                     help="DEBUG, INFO, WARNING or ERROR")
     return p
 
 
@@ -158,7 +180,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         dex=DexSettings(url=args.dex_url, ca_file=args.dex_ca_file, client_secret_name=args.dex_client_secret_name),
         control=ControlSettings(peer_sync_interval=args.peer_sync_interval,
                                 selfcheck_interval=args.selfcheck_interval),
-        lease=lease, resolve=resolve, workers=args.workers, log_level=args.log_level.upper())
+        lease=lease, resolve=resolve, workers=args.workers, log_level=args.log_level)
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:

@@ -56,6 +56,19 @@ def test_bad_port_is_refused_by_the_parser(capsys):
     assert "0 to 65535" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("variable, value, message", [
+    ("PEERING_LOG_LEVEL", "chatty", "'chatty' is not a log level; give one of DEBUG, INFO, WARNING, ERROR"),
+    ("PEERING_PEER_SYNC_INTERVAL", "soon", "'soon' is not a number of seconds"),
+    ("PEERING_SELFCHECK_INTERVAL", "0", "'0' is not a number of seconds"),
+])
+def test_bad_environment_gets_the_usage_error_of_the_flag(monkeypatch, capsys, variable, value, message):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SystemExit) as exited:
+        args("--public-domain-template", "%s.x")
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_version_subcommand_prints_the_version():
     out = subprocess.run([sys.executable, "-m", "control.cli", "version"], capture_output=True, text=True,
                          check=True, timeout=30)
