@@ -1,7 +1,7 @@
 """Benchmark of the control loop on lab clusters, each running the real `peering run` process.
 
     python -m bench.control_bench [--runs 5] [--peers 10] [--projects 200] [--capabilities 5] [--steady 60]
-                                  [--skip-scale] [--results bench/RESULTS.md]
+                                  [--scale-runs 3] [--skip-scale] [--results bench/RESULTS.md]
 
 1. Join: time from creating the Join ClusterPeer to Active and Ready on both sides (median of --runs peerings
    between two clusters).
@@ -10,7 +10,9 @@
 3. Scale: one cluster peered with --peers others, --projects same-named projects on every cluster and
    --capabilities capabilities opened on every peering; time from creating the peerings to every ClusterPeer on
    every cluster Active, Ready, all capabilities effective and all projects paired; then API writes per minute in
-   steady state over --steady seconds, counted at the lab API servers (Lease renewals left out).
+   steady state over --steady seconds, counted at the lab API servers (Lease renewals left out), and how often
+   the hub's Lease changed hands meanwhile (it must not: one replica per cluster). Repeated --scale-runs times on
+   fresh clusters; medians reported.
 
 The results go to stdout as JSON and, with --results, into the "Control loop" section of that file.
 """
@@ -31,7 +33,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from lab.cluster import default_peering_command  # noqa: E402
+from lab.cluster import NAMESPACE, default_peering_command  # noqa: E402
 from lab.testing import lab_clusters  # noqa: E402
 from peering_lab import (API_VERSION, GROUP, WriteCounter, clusterpeer, connection_string, create_invite,  # noqa: E402
                          create_join, ready)
@@ -158,10 +160,23 @@ async def bench_scale(peers: int, projects: int, capabilities: int, steady: floa
                 c.close()
         hub_objects = {r: len(hub.api.list("rbac.authorization.k8s.io", r)) for r in ("roles", "rolebindings")}
         hub_objects["projectpeers"] = len(hub.api.list(GROUP, "projectpeers"))
+        lease = hub.api.get("coordination.k8s.io", "leases", "peering", NAMESPACE) or {}
     return {"peers": peers, "projects": projects, "capabilities": capabilities, "converge_s": round(converge, 2),
             "converge_all_writes_s": round(converge_all, 2),
             "steady_seconds": steady, "steady_writes_per_minute": round(total * 60 / steady, 2),
-            "steady_writes": writes, "hub_objects": hub_objects}
+            "steady_writes": writes, "hub_objects": hub_objects,
+            "hub_lease_transitions": int((lease.get("spec") or {}).get("leaseTransitions") or 0)}
+
+
+def summarise_scale(runs: list[dict]) -> dict:
+    """Medians over the scale runs, with each run's values kept."""
+    first = runs[0]
+    out = {k: first[k] for k in ("peers", "projects", "capabilities", "steady_seconds", "hub_objects")}
+    for k in ("converge_s", "converge_all_writes_s", "steady_writes_per_minute", "hub_lease_transitions"):
+        out[k] = summary([r[k] for r in runs])
+    out["steady_writes"] = [r["steady_writes"] for r in runs if r["steady_writes"]]
+    out["runs"] = runs
+    return out
 
 
 def machine() -> str:
@@ -189,14 +204,17 @@ def render(results: dict, command: str) -> str:
     if s:
         lines += ["", f"Scale: one cluster peered with {s['peers']} others, {s['projects']} same-named projects on "
                   f"each and {s['capabilities']} capabilities opened on every peering.", "",
-                  "| measurement | value | target |", "|---|---|---|",
-                  f"| Status convergence (every ClusterPeer of every cluster Active, Ready, all capabilities "
-                  f"effective, all projects paired) | {s['converge_s']} s | |",
-                  f"| Full convergence (also every Role, binding and ProjectPeer written: the last write before 10 s "
-                  f"without any) | {s['converge_all_writes_s']} s | |",
+                  "| measurement | median | min | max | runs | target |", "|---|---|---|---|---|---|",
+                  "| Status convergence (every ClusterPeer of every cluster Active, Ready, all capabilities "
+                  "effective, all projects paired) | {median} s | {min} s | {max} s | {runs} | |"
+                  .format(**s["converge_s"]),
+                  "| Full convergence (also every Role, binding and ProjectPeer written: the last write before 10 s "
+                  "without any) | {median} s | {min} s | {max} s | {runs} | |".format(**s["converge_all_writes_s"]),
                   f"| API writes per minute in steady state (all clusters, Leases left out, over {s['steady_seconds']}"
-                  f" s) | {s['steady_writes_per_minute']} | 0 |",
-                  f"| Objects on the hub | {json.dumps(s['hub_objects'])} | |"]
+                  " s) | {median} | {min} | {max} | {runs} | 0 |".format(**s["steady_writes_per_minute"]),
+                  "| Changes of holder of the hub's Lease during the run | {median} | {min} | {max} | {runs} | 0 |"
+                  .format(**s["hub_lease_transitions"]), "",
+                  f"Objects on the hub: {json.dumps(s['hub_objects'])}"]
         if s["steady_writes"]:
             lines += ["", f"Steady-state writes seen: `{json.dumps(s['steady_writes'])}`"]
     return "\n".join(lines) + "\n"
@@ -220,7 +238,12 @@ async def main_async(args) -> dict:
         results = {"join": await bench_join(args.runs, workdir)}
         print(json.dumps(results), flush=True)
         if not args.skip_scale:
-            results["scale"] = await bench_scale(args.peers, args.projects, args.capabilities, args.steady, workdir)
+            runs = []
+            for i in range(args.scale_runs):
+                runs.append(await bench_scale(args.peers, args.projects, args.capabilities, args.steady,
+                                              workdir / f"run-{i}"))
+                print(json.dumps(runs[-1]), flush=True)
+            results["scale"] = summarise_scale(runs)
     return results
 
 
@@ -231,6 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--projects", type=int, default=200)
     p.add_argument("--capabilities", type=int, default=5)
     p.add_argument("--steady", type=float, default=60.0)
+    p.add_argument("--scale-runs", type=int, default=3, help="repetitions of the scale run, on fresh clusters")
     p.add_argument("--skip-scale", action="store_true")
     p.add_argument("--results", default=None, help="write the Control loop section of this Markdown file")
     args = p.parse_args(argv)
