@@ -274,7 +274,14 @@ class LabCluster:
         try:
             self.ports = await self._wait_ready(ports_file)
         except BaseException:
-            await self.stop_peering()
+            # The start may be failing because it is being cancelled: the process must still be reaped, so the stop
+            # runs as its own task that a second cancellation cannot cut short before the child is waited for.
+            stopping = asyncio.ensure_future(self.stop_peering())
+            try:
+                await asyncio.shield(stopping)
+            except asyncio.CancelledError:
+                await stopping
+                raise
             raise
         self.ingress.set_backend(self.ports["join"])
         self.entrance_lb.set_target(self.ports["entrance"])

@@ -163,3 +163,35 @@ async def test_extra_peering_flags_are_appended(tmp_path):
     async with lab_clusters(tmp_path, ["a"], peering_command=None) as lab:
         cmd = with_extra_args(["--log-level=debug"])(lab["a"])
         assert cmd == default_peering_command(lab["a"]) + ["--log-level=debug"]
+
+
+async def _until(predicate, timeout: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_start_cancelled_twice_still_reaps_the_peering_process(tmp_path):
+    """A start cancelled while the process is coming up stops it; a second cancellation during that stop must not
+    leave the child unreaped (it would outlive the lab and warn as an unclosed transport)."""
+    slow_to_stop = ("import signal, sys, time\n"
+                    "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.3), sys.exit(0)))\n"
+                    "print('handler installed', flush=True)\n"
+                    "time.sleep(60)\n")
+    cluster = LabCluster("a", tmp_path, peering_command=lambda c: [sys.executable, "-c", slow_to_stop],
+                         ready_timeout=60)
+    start = asyncio.create_task(cluster.start())
+    try:
+        log = cluster.path("peering.log")
+        await _until(lambda: cluster.process is not None and log.exists() and "handler installed" in log.read_text())
+        proc = cluster.process
+        start.cancel()
+        await _until(lambda: cluster.process is None)  # the stop has begun: SIGTERM sent, waiting for the exit
+        start.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await start
+        assert proc.returncode == 0
+    finally:
+        await cluster.stop()
