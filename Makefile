@@ -21,8 +21,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# Not part of `make test`: the figures belong in bench/RESULTS.md, measured on a quiet machine.
 bench: $(STAMP)
-	$(PY) -m bench
+	@{ command -v nginx || test -x /usr/sbin/nginx; } >/dev/null && command -v wrk >/dev/null || \
+	  { echo "the gateway benchmark measures nginx as its baseline with wrk: apt-get install nginx wrk" >&2; exit 2; }
+	$(PY) -m bench.gateway_bench
+	$(PY) -m bench.control_bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info
