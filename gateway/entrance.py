@@ -101,7 +101,6 @@ def response_head(head: bytes, head_only: bool) -> tuple[bytes, int, int, bool, 
     reuse = m.group(1) == b"1"
     named: set[bytes] = set()
     length: int | None = None
-    chunked = False
     coded = False
     for name, value in fields:
         low = name.lower()
@@ -115,8 +114,11 @@ def response_head(head: bytes, head_only: bool) -> tuple[bytes, int, int, bool, 
                 raise ValueError("bad Content-Length")
             length = int(value)
         elif low == b"transfer-encoding":
+            # Only plain chunked framing is relayed: another coding (gzip, chunked) would have to be restated
+            # exactly, and the API server never sends one.
+            if coded or value.lower() != b"chunked":
+                raise ValueError("unsupported transfer coding")
             coded = True
-            chunked = value.rsplit(b",", 1)[-1].strip().lower() == b"chunked"
     out = [b"HTTP/1.1 ", line[9:], b"\r\n"]
     for name, value in fields:
         low = name.lower()
@@ -130,11 +132,8 @@ def response_head(head: bytes, head_only: bool) -> tuple[bytes, int, int, bool, 
     elif coded:
         if length is not None:
             raise ValueError("Content-Length with Transfer-Encoding")
-        if chunked:
-            out.append(b"Transfer-Encoding: chunked\r\n")
-            state, length = _CHUNK_LINE, 0
-        else:
-            state, length, reuse = _UNTIL_CLOSE, 0, False
+        out.append(b"Transfer-Encoding: chunked\r\n")
+        state, length = _CHUNK_LINE, 0
     elif length is not None:
         out.append(b"Content-Length: %d\r\n" % length)
         state = _LENGTH if length else _DONE

@@ -72,6 +72,8 @@ def test_response_head_framing_cases():
     b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6",
     b"HTTP/1.1 200 OK\r\nContent-Length: -1",
     b"HTTP/1.1 100 Continue",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked",                # a coding the client would not see
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked",
     b"HTTP/2 200 OK",
     b"HTTP/1.1 200 OK\r\nX: a\nY: b",
 ])
