@@ -155,6 +155,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--selfcheck-interval", type=_seconds,
                      default=_env("selfcheck-interval", str(ControlSettings.selfcheck_interval)),
                      help="seconds between probes of our own entrance")
+    run.add_argument("--issuer-refresh-interval", type=_seconds,
+                     default=_env("issuer-refresh-interval", str(ControlSettings.issuer_refresh_interval)),
+                     help="seconds for which our ServiceAccount issuer and JWKS, published in our offer, are reused")
     run.add_argument("--identity", default=_env("identity"), help="Lease holder identity (default hostname-pid)")
     run.add_argument("--log-level", default=_env("log-level", "INFO"), type=_log_level,
                      help="DEBUG, INFO, WARNING or ERROR")
@@ -179,7 +182,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
                               egress_port=args.egress_port, ops_port=args.ops_port, ports_file=args.ports_file),
         dex=DexSettings(url=args.dex_url, ca_file=args.dex_ca_file, client_secret_name=args.dex_client_secret_name),
         control=ControlSettings(peer_sync_interval=args.peer_sync_interval,
-                                selfcheck_interval=args.selfcheck_interval),
+                                selfcheck_interval=args.selfcheck_interval,
+                                issuer_refresh_interval=args.issuer_refresh_interval),
         lease=lease, resolve=resolve, workers=args.workers, log_level=args.log_level)
 
 

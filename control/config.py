@@ -89,6 +89,9 @@ class ControlSettings:
     selfcheck_interval: float = 60.0
     """Seconds between probes of our own entrance for ClientCertEnforced and ServerCertOurs."""
 
+    issuer_refresh_interval: float = 60.0
+    """Seconds for which the issuer and JWKS of our ServiceAccount tokens, read for our offer, are reused."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Settings:

@@ -27,7 +27,7 @@ from control.feed import CA_SECRET, ENTRANCE_TLS_SECRET, MANAGED_BY
 from control.kube import (CLUSTERPEERS, NAMESPACES, PEERINGCAPABILITIES, SECRETS, TOKENEXCHANGEPROVIDERS,
                           AlreadyExists, ApiError, Conflict, KubeSession, NotFound, Resource)
 from control.peerclient import Answer, PeerClient
-from control.reconcilers.facts import Discovery, Issuer
+from control.reconcilers.facts import ISSUER_TTL, Discovery, Issuer
 from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import conditions as cond
 from control.rules import credentials as creds
@@ -159,7 +159,7 @@ class ClusterPeerReconciler:
         self.selfcheck = selfcheck
         self.peering_version = peering_version
         self.discovery = discovery or Discovery(ctx.kube)
-        self.issuer = Issuer(ctx.kube)
+        self.issuer = Issuer(ctx.kube, ttl=getattr(ctx.settings.control, "issuer_refresh_interval", ISSUER_TTL))
         inf = ctx.informers
         self.clusterpeers = inf.get(CLUSTERPEERS)
         self.secrets = inf.get(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY)

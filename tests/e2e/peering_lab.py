@@ -10,7 +10,7 @@ from lab.cluster import default_peering_command
 
 GROUP = "peering.deckhouse.io"
 API_VERSION = f"{GROUP}/v1alpha1"
-FAST = ["--peer-sync-interval", "1", "--selfcheck-interval", "1"]
+FAST = ["--peer-sync-interval", "1", "--selfcheck-interval", "1", "--issuer-refresh-interval", "1"]
 
 
 def fast_peering_command(cluster) -> list[str] | None:
