@@ -22,7 +22,7 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from gateway.headers import HOP_BY_HOP, bearer, check_request, forwarded_headers, request_head
+from gateway.headers import HOP_BY_HOP, bearer, request_head, screen_request
 from gateway.resolve import OverrideResolver
 from gateway.status import Refusal, status_body
 from gateway.tls import forget_decoded_peer_certificate
@@ -553,14 +553,7 @@ class EntranceProtocol(asyncio.Protocol):
             if peer is None:
                 raise Refusal(403, "PeerUnknown", "this client certificate belongs to no live peering of this "
                               "cluster; if the ClusterPeer was deleted, create the peering again")
-            check_request(fields)
-            auth = None
-            for name, value in fields:
-                low = name.lower()
-                if low == b"authorization" and auth is None:
-                    auth = value
-                elif low == b"connection" and b"close" in value.lower():
-                    self.close_after = True
+            forward, auth, self.close_after = screen_request(fields)
             if auth is not None and auth == self.auth:
                 token_hash = self.auth_hash  # the same header as this connection's last request
                 token = ""
@@ -588,24 +581,24 @@ class EntranceProtocol(asyncio.Protocol):
             if exchanged is not None:
                 gw.metrics.exchange_hits.inc()
                 head = request_head(method.decode(), gw._api_prefix + target.decode("latin-1"),
-                                    gw._relay_pool.authority, forwarded_headers(fields),
+                                    gw._relay_pool.authority, forward,
                                     b"Bearer " + exchanged.encode(), None, False)
                 self.head = head
                 relay = gw._relay_pool.take()
                 if relay is not None:
                     self._send(relay, head_only)
                     return
-                self.task = gw.loop.create_task(self._slow(None, fields, head_only))
+                self.task = gw.loop.create_task(self._slow(None, forward, head_only))
                 return
             if not token:
                 token = bearer(auth.decode("latin-1"), gw.config.limits.max_token_bytes)  # type: ignore[union-attr]
             not_after = time.monotonic() + (verified.expires - now)
-            self.task = gw.loop.create_task(self._slow((peer.connector_id, token_hash, token, not_after), fields,
+            self.task = gw.loop.create_task(self._slow((peer.connector_id, token_hash, token, not_after), forward,
                                                        head_only))
         except Refusal as refusal:
             self._refuse(refusal)
 
-    async def _slow(self, exchange: tuple | None, fields: list[tuple[bytes, bytes]], head_only: bool) -> None:
+    async def _slow(self, exchange: tuple | None, forward: list[tuple[bytes, bytes]], head_only: bool) -> None:
         """The parts of a request that wait: a token exchange at Dex, a new upstream connection."""
         gw = self.gw
         try:
@@ -614,7 +607,7 @@ class EntranceProtocol(asyncio.Protocol):
                 connector, token_hash, token, not_after = exchange
                 exchanged = await gw._exchange.get(connector, token_hash, token, not_after=not_after)
                 self.head = request_head(self.method.decode(), gw._api_prefix + self.path.decode("latin-1"),
-                                         gw._relay_pool.authority, forwarded_headers(fields),
+                                         gw._relay_pool.authority, forward,
                                          b"Bearer " + exchanged.encode(), None, False)
             relay = gw._relay_pool.take() or await gw._relay_pool.connect()
         except Refusal as refusal:

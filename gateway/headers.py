@@ -54,6 +54,35 @@ def forwarded_headers(raw_headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[
     return out
 
 
+def screen_request(raw_headers: Iterable[tuple[bytes, bytes]]
+                   ) -> tuple[list[tuple[bytes, bytes]], bytes | None, bool]:
+    """check_request, forwarded_headers and the Authorization lookup in one pass over the fields, for the hot path:
+    raises the same Refusal check_request would (on the first offending field), else returns the fields to forward
+    (exactly what forwarded_headers returns), the first Authorization value and whether the client asked to close.
+    """
+    out: list[tuple[bytes, bytes, bytes]] = []
+    named: set[bytes] | None = None
+    authorization = None
+    close = False
+    for name, value in raw_headers:
+        low = name.lower()
+        if low.startswith(b"impersonate") or low == b"upgrade" or (low == b"connection"
+                                                                    and b"upgrade" in value.lower()):
+            check_request(((name, value),))  # raises, with check_request's own words
+        if low == b"connection":
+            tokens = {t.strip().lower() for t in value.split(b",")}
+            named = tokens if named is None else named | tokens
+            close = close or b"close" in tokens
+        elif low == b"authorization":
+            if authorization is None:
+                authorization = value
+        elif not (low in HOP_BY_HOP or low in _DROP_EXACT or low.startswith(_DROP_PREFIXES)):
+            out.append((low, name, value))
+    if named:
+        return [(n, v) for low, n, v in out if low not in named], authorization, close
+    return [(n, v) for _, n, v in out], authorization, close
+
+
 def request_head(method: str, target: str, host: str, headers: list[tuple[bytes, bytes]], authorization: bytes,
                  length: int | None, chunked: bool) -> bytes:
     """The HTTP/1.1 request head sent upstream."""

@@ -10,7 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gateway.entrance import Relay, parse_request_head, response_head
+from gateway.headers import check_request, forwarded_headers, screen_request
+from gateway.status import Refusal
 from gateway.server import Gateway
 from gw_support import ENTRANCE_HOST, Upstream, client_ssl, gateway_config, load_certs, make_token, registry_for
 
@@ -41,6 +46,31 @@ def test_plain_request_head_is_parsed_into_raw_fields():
 ])
 def test_anything_but_a_plain_request_goes_to_the_aiohttp_path(head):
     assert parse_request_head(head, 100) is None
+
+
+_NAMES = st.sampled_from([b"Accept", b"Authorization", b"authorization", b"Connection", b"X-Hop", b"x-hop",
+                          b"Impersonate-User", b"Upgrade", b"X-Forwarded-For", b"X-Remote-Group", b"Forwarded",
+                          b"Cookie", b"Host", b"Keep-Alive", b"TE", b"Content-Type", b"User-Agent", b"Expect"])
+_VALUES = st.sampled_from([b"a", b"close", b"keep-alive, X-Hop", b"Upgrade", b"x-hop, close", b"Bearer t1",
+                           b"Bearer t2", b"upgrade, keep-alive", b""])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_NAMES, _VALUES), max_size=8))
+def test_the_raw_paths_one_pass_applies_exactly_the_header_rules(fields):
+    try:
+        check_request(fields)
+    except Refusal as expected:
+        with pytest.raises(Refusal) as got:
+            screen_request(fields)
+        assert (got.value.code, got.value.cause, got.value.message) == (expected.code, expected.cause,
+                                                                         expected.message)
+        return
+    forward, authorization, close = screen_request(fields)
+    assert forward == forwarded_headers(fields)
+    assert authorization == next((v for n, v in fields if n.lower() == b"authorization"), None)
+    assert close == any(n.lower() == b"connection" and b"close" in [t.strip().lower() for t in v.split(b",")]
+                        for n, v in fields)
 
 
 def test_response_head_drops_hop_by_hop_fields_and_restates_framing():
