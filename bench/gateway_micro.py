@@ -1,0 +1,113 @@
+"""The Python work of one request on the entrance's raw path, without sockets or TLS:
+
+    python -m bench.gateway_micro [requests]
+
+A real EntranceProtocol and Relay run against in-memory transports, with the peer, the verified token and the
+exchanged token already cached (the keep-alive case of bench/gateway_bench.py). It prints the best of five
+rounds in microseconds per request: what the gateway's own code costs, apart from the kernel and TLS work that
+gateway_bench.py measures in full. Deterministic enough to compare two versions of the hot path on a busy
+machine, where the full benchmark's numbers move by more than such a change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+import time
+from types import SimpleNamespace
+
+from gateway.config import GatewayConfig
+from gateway.entrance import EntranceProtocol, Relay
+from gateway.server import Gateway
+from gateway.tokens import VerifiedToken
+
+TOKEN = "eyJ" + "a" * 900  # the size of a projected ServiceAccount token
+EXCHANGED = "exchanged-" + "b" * 800
+BODY = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}'
+REQUEST = (b"GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: peering-gateway.x.lab\r\nAuthorization: Bearer "
+           + TOKEN.encode() + b"\r\nUser-Agent: kubectl/v1.30\r\nAccept: application/json, */*\r\n"
+           b"Connection: keep-alive\r\n\r\n")
+RESPONSE = (b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Mon, 30 Nov 2026 02:00:00 GMT\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n" % len(BODY)
+            ) + BODY
+
+
+class MemoryTransport:
+    """Collects what is written; never closes, never pushes back."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default=None):
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+async def measure(requests: int, rounds: int = 5) -> float:
+    config = GatewayConfig(public_domain_template="%s.x.lab", api_server="https://api.x.lab", api_ca_pem=None,
+                           dex_url="https://dex.x.lab", dex_ca_pem=None, dex_client_id="gateway",
+                           dex_client_secret=lambda: "unused", access_log=False)
+    gw = Gateway(config, None)  # type: ignore[arg-type]  # never started: only its caches and metrics are used
+    gw.loop = asyncio.get_running_loop()
+    peer = SimpleNamespace(name="peer", connector_id="peering-peer")
+    gw._registry = SimpleNamespace(by_fingerprint={"fp": peer})  # type: ignore[assignment]
+    token_hash = hashlib.sha256(TOKEN.encode()).digest()
+    gw._verified = {token_hash: VerifiedToken(peer="peer", subject="system:serviceaccount:mod:controller",
+                                              capabilities=frozenset({"read"}), expires=time.time() + 3600)}
+    gw._exchange = SimpleNamespace(cached=lambda connector, key: EXCHANGED)  # type: ignore[assignment]
+    gw._api_prefix = ""
+    pool = SimpleNamespace(loop=gw.loop, idle_timeout=330.0, idle=[], max_idle=64, authority="api.x.lab",
+                           all=set())
+    pool.take = lambda: pool.idle.pop() if pool.idle else None
+    relay = Relay(pool)  # type: ignore[arg-type]
+    relay.connection_made(MemoryTransport())
+    pool.idle.append(relay)
+    gw._relay_pool = pool
+    client = MemoryTransport()
+    proto = EntranceProtocol(gw, lambda: None)  # type: ignore[arg-type,return-value]
+    proto.connection_made(client)
+    proto.peering_fp = "fp"
+    best = float("inf")
+    try:
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(requests):
+                proto.data_received(REQUEST)
+                relay.data_received(RESPONSE)
+            best = min(best, (time.perf_counter() - start) / requests * 1e6)
+            upstream = relay.transport.written
+            if (len(client.written) != requests or not client.written[-1].endswith(BODY) or pool.idle != [relay]
+                    or not upstream[-1].startswith(b"GET /api/v1/namespaces/default/pods HTTP/1.1\r\n")):
+                raise SystemExit("the raw path did not relay every request; the measurement is void")
+            client.written.clear()
+            relay.transport.written.clear()
+    finally:
+        proto.connection_lost(None)
+    return best
+
+
+def main() -> None:
+    requests = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
+    print(f"raw path, Python work per keep-alive request: {asyncio.run(measure(requests)):.2f} us")
+
+
+if __name__ == "__main__":
+    main()
