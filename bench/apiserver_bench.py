@@ -1,7 +1,7 @@
 """Benchmark of the lab's emulated kube-apiserver, so that it is never what limits a benchmark of the gateway.
 
     python -m bench.apiserver_bench [--quick] [--runs 5] [--seconds 10] [--watches 1000,5000,10000]
-                                    [--profile out-prefix] [--out bench/out/apiserver.json]
+                                    [--uvloop] [--profile out-prefix] [--out bench/out/apiserver.json]
 
 The emulator runs in its own process (internal subcommand `serve`), on 127.0.0.1 with an OS-chosen port, with
 the module's CRDs, a ConfigMap `default/small`, a ClusterPeer `small` and a ServiceAccount `default/reader` that
@@ -9,13 +9,15 @@ RBAC allows to get exactly those two (a Role and a ClusterRole, each with its bi
 
 - Small GETs/s: wrk (keep-alive TLS, `-t1 -c64` as the gateway benchmark's keep-alive figure) with the
   ServiceAccount's bearer token, for the ConfigMap and the ClusterPeer; median of `--runs` runs of `--seconds`.
-  wrk cannot present a client certificate, so the admin certificate case is measured with the same load from a
-  Python aiohttp client only when `--cert-client` is given (that client, not the server, then limits the rate).
+  wrk cannot present a client certificate, so GETs with the admin certificate are not measured: a Python client
+  presenting one would be slower than the server and measure itself (certificate authentication is cached per
+  DER, as token authentication is per token, so the server's path differs only in the cache key).
 - Watches held: this process opens N watches on the ConfigMap over TLS with the admin client certificate
   (one connection each, as kube clients do), then patches the ConfigMap and measures the time until every
   watcher read the MODIFIED event; the emulator's RSS growth per watch is read from /proc.
-- `--profile PREFIX`: one more ConfigMap run with py-spy recording the emulator; PREFIX.txt gets the collapsed
-  stacks and the report gets the functions where the samples were.
+- `--uvloop`: the GETs again with the emulator on uvloop (the lab runs it on the stdlib loop).
+- `--profile PREFIX`: one more run per resource with py-spy recording the emulator; PREFIX-<resource>.txt gets
+  the collapsed stacks and the report gets the functions where the samples were.
 """
 
 from __future__ import annotations
@@ -47,8 +49,12 @@ _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 
 
 # ----- the emulator's process -----------------------------------------------------------------------------------
-def serve(state_path: str) -> None:
-    asyncio.run(_serve(pathlib.Path(state_path)))
+def serve(state_path: str, use_uvloop: bool) -> None:
+    if use_uvloop:
+        import uvloop
+        uvloop.run(_serve(pathlib.Path(state_path)))
+    else:
+        asyncio.run(_serve(pathlib.Path(state_path)))   # the stdlib loop, as the lab runs the emulator
 
 
 async def _serve(state_path: pathlib.Path) -> None:
@@ -110,9 +116,10 @@ def raise_nofile() -> int:
 class Emulator:
     """The emulator in a child process, stopped by its PID (SIGTERM, then SIGKILL) on close."""
 
-    def __init__(self, d: pathlib.Path, timeout: float = 60.0) -> None:
+    def __init__(self, d: pathlib.Path, use_uvloop: bool = False, timeout: float = 60.0) -> None:
         state = d / "state.json"
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.apiserver_bench", "serve", "--state", str(state)],
+        cmd = [sys.executable, "-m", "bench.apiserver_bench", "serve", "--state", str(state)]
+        self.proc = subprocess.Popen(cmd + (["--uvloop"] if use_uvloop else []),
                                      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
         while not state.exists():
@@ -209,15 +216,15 @@ def measure_gets(emu: Emulator, runs: int, seconds: float) -> dict:
     return out
 
 
-def profile_gets(emu: Emulator, seconds: float, prefix: str) -> dict:
-    """py-spy on the emulator during one ConfigMap run: where its samples were (self and inclusive)."""
+def profile_gets(emu: Emulator, path: str, seconds: float, prefix: str) -> dict:
+    """py-spy on the emulator during one run of GETs of `path`: where its samples were (self and inclusive)."""
     pyspy = shutil.which("py-spy") or str(pathlib.Path(sys.executable).parent / "py-spy")
     raw = pathlib.Path(prefix + ".txt")
     spy = subprocess.Popen([pyspy, "record", "--pid", str(emu.pid), "--duration", str(int(seconds)), "--rate", "200",
                             "--format", "raw", "--output", str(raw), "--nonblocking"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wrk(emu.url + CONFIGMAP_PATH, emu.token, seconds, emu.pid)
+        wrk(emu.url + path, emu.token, seconds, emu.pid)
         spy.wait(seconds + 60)
     finally:
         if spy.poll() is None:
@@ -371,11 +378,17 @@ def run(args: argparse.Namespace) -> dict:
         report["watch_levels_dropped"] = [n for n in levels if n > limit]
         levels = [n for n in levels if n <= limit]
     with tempfile.TemporaryDirectory(prefix="apiserver-bench-") as tmp:
-        with Emulator(pathlib.Path(tmp)) as emu:
+        with Emulator(_subdir(tmp, "asyncio")) as emu:
             report["gets"] = measure_gets(emu, args.runs, args.seconds)
             report["load_after_gets"] = os.getloadavg()
             if args.profile:
-                report["profile"] = profile_gets(emu, args.seconds, args.profile)
+                report["profile"] = {name: profile_gets(emu, path, args.seconds, f"{args.profile}-{name}")
+                                     for name, path in (("configmap", CONFIGMAP_PATH),
+                                                        ("clusterpeer", CLUSTERPEER_PATH))}
+        if args.uvloop:
+            # What the same emulator reaches on uvloop, the loop the peering process runs on.
+            with Emulator(_subdir(tmp, "uvloop"), use_uvloop=True) as emu:
+                report["gets_uvloop"] = measure_gets(emu, args.runs, args.seconds)
         # A fresh emulator for the watches, so the memory baseline is not the GET phase's leftovers.
         with Emulator(_subdir(tmp, "w")) as emu:
             report["watches"] = asyncio.run(measure_watches(emu, levels, args.watch_timeout))
@@ -400,7 +413,9 @@ def main(argv: list[str] | None = None) -> None:
         p = argparse.ArgumentParser(prog="apiserver_bench serve")
         p.add_argument("serve")
         p.add_argument("--state", required=True)
-        serve(p.parse_args(argv).state)
+        p.add_argument("--uvloop", action="store_true")
+        served = p.parse_args(argv)
+        serve(served.state, served.uvloop)
         return
     p = argparse.ArgumentParser(prog="python -m bench.apiserver_bench", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="1 run of 2 s, 200 watches: a smoke run")
@@ -409,6 +424,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--watches", default="1000,5000,10000", help="comma-separated numbers of watches to hold")
     p.add_argument("--watch-timeout", type=float, default=120.0, help="seconds allowed to open or notify a level")
     p.add_argument("--profile", default="", help="py-spy the emulator in one more run; writes PREFIX.txt")
+    p.add_argument("--uvloop", action="store_true", help="measure the GETs again with the emulator on uvloop")
     p.add_argument("--out", default="", help="write the report as JSON here too")
     args = p.parse_args(argv)
     args.argv = argv
