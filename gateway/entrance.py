@@ -397,7 +397,7 @@ class EntranceProtocol(asyncio.Protocol):
     __slots__ = ("gw", "fallback", "transport", "peering_fp", "_peering_listener", "_peering_on_lost", "buf",
                  "busy", "relay", "task", "close_after", "last", "timer", "paused", "code", "method", "path",
                  "peer", "caps", "start", "watch", "auth", "auth_hash", "handed", "reading_paused", "head",
-                 "retried")
+                 "retried", "verified", "verified_caps")
 
     def __init__(self, gw: "Gateway", fallback: Callable[[], asyncio.Protocol]) -> None:
         self.gw = gw
@@ -427,6 +427,8 @@ class EntranceProtocol(asyncio.Protocol):
         self.handed = False
         self.head = b""
         self.retried = False
+        self.verified: Any = None
+        self.verified_caps = "-"
 
     # ----- connection -------------------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -573,7 +575,9 @@ class EntranceProtocol(asyncio.Protocol):
                 raise Refusal(401, "TokenExpired", "the token has expired; read the projected token file again")
             if auth is not None:
                 self.auth, self.auth_hash = auth, token_hash
-            self.caps = ",".join(sorted(verified.capabilities))
+            if verified is not self.verified:  # the capabilities label, joined once per token, not per request
+                self.verified, self.verified_caps = verified, ",".join(sorted(verified.capabilities))
+            self.caps = self.verified_caps
             assert gw._exchange is not None
             exchanged = gw._exchange.cached(peer.connector_id, token_hash)
             head_only = method == b"HEAD"
