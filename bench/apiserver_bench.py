@@ -15,7 +15,8 @@ RBAC allows to get exactly those two (a Role and a ClusterRole, each with its bi
 - Watches held: this process opens N watches on the ConfigMap over TLS with the admin client certificate
   (one connection each, as kube clients do), then patches the ConfigMap and measures the time until every
   watcher read the MODIFIED event; the emulator's RSS growth per watch is read from /proc.
-- `--uvloop`: the GETs again with the emulator on uvloop (the lab runs it on the stdlib loop).
+- `--uvloop`: everything again with the emulator on uvloop (the lab runs it on the stdlib loop);
+  `--part gets|watches` measures one part only.
 - `--profile PREFIX`: one more run per resource with py-spy recording the emulator; PREFIX-<resource>.txt gets
   the collapsed stacks and the report gets the functions where the samples were.
 """
@@ -378,24 +379,27 @@ def run(args: argparse.Namespace) -> dict:
         report["watch_levels_dropped"] = [n for n in levels if n > limit]
         levels = [n for n in levels if n <= limit]
     with tempfile.TemporaryDirectory(prefix="apiserver-bench-") as tmp:
-        with Emulator(_subdir(tmp, "asyncio")) as emu:
-            report["gets"] = measure_gets(emu, args.runs, args.seconds)
-            report["load_after_gets"] = os.getloadavg()
-            if args.profile:
-                report["profile"] = {name: profile_gets(emu, path, args.seconds, f"{args.profile}-{name}")
-                                     for name, path in (("configmap", CONFIGMAP_PATH),
-                                                        ("clusterpeer", CLUSTERPEER_PATH))}
-        if args.uvloop:
-            # What the same emulator reaches on uvloop, the loop the peering process runs on.
-            with Emulator(_subdir(tmp, "uvloop"), use_uvloop=True) as emu:
-                report["gets_uvloop"] = measure_gets(emu, args.runs, args.seconds)
-        # A fresh emulator for the watches, so the memory baseline is not the GET phase's leftovers.
-        with Emulator(_subdir(tmp, "w")) as emu:
-            report["watches"] = asyncio.run(measure_watches(emu, levels, args.watch_timeout))
+        loops = [False, True] if args.uvloop else [False]
+        if args.part in ("all", "gets"):
+            for use_uvloop in loops:
+                with Emulator(_subdir(tmp, f"gets-{use_uvloop}"), use_uvloop=use_uvloop) as emu:
+                    suffix = "_uvloop" if use_uvloop else ""
+                    report["gets" + suffix] = measure_gets(emu, args.runs, args.seconds)
+                    report["load_after_gets" + suffix] = os.getloadavg()
+                    if args.profile and not use_uvloop:
+                        report["profile"] = {name: profile_gets(emu, path, args.seconds, f"{args.profile}-{name}")
+                                             for name, path in (("configmap", CONFIGMAP_PATH),
+                                                                ("clusterpeer", CLUSTERPEER_PATH))}
+        if args.part in ("all", "watches"):
+            for use_uvloop in loops:
+                # A fresh emulator for the watches, so the memory baseline is not the GET phase's leftovers.
+                with Emulator(_subdir(tmp, f"watches-{use_uvloop}"), use_uvloop=use_uvloop) as emu:
+                    report["watches_uvloop" if use_uvloop else "watches"] = asyncio.run(
+                        measure_watches(emu, levels, args.watch_timeout))
     report["load_after"] = os.getloadavg()
     gw = gateway_rate(ROOT / "bench" / "RESULTS.md")
     report["gateway_keepalive_rps_per_worker"] = gw
-    if gw:
+    if gw and "gets" in report:
         slowest = min(report["gets"][k]["rps"] for k in report["gets"])
         report["ratio_to_gateway"] = [round(slowest / g, 2) for g in gw]
     return report
@@ -424,7 +428,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--watches", default="1000,5000,10000", help="comma-separated numbers of watches to hold")
     p.add_argument("--watch-timeout", type=float, default=120.0, help="seconds allowed to open or notify a level")
     p.add_argument("--profile", default="", help="py-spy the emulator in one more run; writes PREFIX.txt")
-    p.add_argument("--uvloop", action="store_true", help="measure the GETs again with the emulator on uvloop")
+    p.add_argument("--uvloop", action="store_true", help="measure again with the emulator on uvloop")
+    p.add_argument("--part", choices=("all", "gets", "watches"), default="all", help="measure only this part")
     p.add_argument("--out", default="", help="write the report as JSON here too")
     args = p.parse_args(argv)
     args.argv = argv
