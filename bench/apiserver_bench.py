@@ -263,7 +263,7 @@ async def measure_watches(emu: Emulator, levels: list[int], timeout: float) -> l
 
     ctx = ssl.create_default_context(cafile=emu.files["ca.crt"])
     ctx.load_cert_chain(emu.files["admin.crt"], emu.files["admin.key"])
-    connector = aiohttp.TCPConnector(limit=0, ssl=ctx, force_close=False)
+    connector = aiohttp.TCPConnector(limit=0, ssl=ctx)
     results = []
     streams: list[asyncio.Task] = []
     seen: dict[int, float] = {}
@@ -305,14 +305,13 @@ async def measure_watches(emu: Emulator, levels: list[int], timeout: float) -> l
                     streams.append(asyncio.create_task(one(opened, ready)))
                     readies.append(ready)
                     opened += 1
-                done, _ = await asyncio.wait([*readies], timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
+                done, _ = await asyncio.wait(readies, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
                 failed = [t for t in streams if t.done() and t.exception()]
                 if failed or len(done) < len(readies):
                     reason = failed[0].exception() if failed else f"only {len(done)} of {len(readies)} opened"
                     results.append({"watches": n, "error": f"could not hold {n} watches within {timeout} s: {reason}"})
                     break
                 open_s = time.monotonic() - started
-                await asyncio.sleep(0)
                 rss = rss_kib(emu.pid)
                 # The change: one patch, timed from the moment it is sent to the last watcher's read.
                 seen.clear()
