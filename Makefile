@@ -27,6 +27,7 @@ bench: $(STAMP)
 	  { echo "the gateway benchmark measures nginx as its baseline with wrk: apt-get install nginx wrk" >&2; exit 2; }
 	$(PY) -m bench.gateway_bench
 	$(PY) -m bench.control_bench
+	$(PY) -m bench.apiserver_bench --uvloop --out bench/out/apiserver.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info
