@@ -272,7 +272,7 @@ class LabCluster:
             logf.close()
         self.peering_state = "starting"
         try:
-            self.ports = await self._wait_ready(ports_file)
+            self.ports = await self._wait_ready(ports_file, self.process)
         except BaseException:
             # The start may be failing because it is being cancelled: the process must still be reaped, so the stop
             # runs as its own task that a second cancellation cannot cut short before the child is waited for.
@@ -289,14 +289,15 @@ class LabCluster:
         self.peering_state = "running"
         self._write_files()
 
-    async def _wait_ready(self, ports_file: pathlib.Path) -> dict[str, int]:
+    async def _wait_ready(self, ports_file: pathlib.Path, proc: asyncio.subprocess.Process) -> dict[str, int]:
+        # `proc`, not `self.process`: a concurrent stop clears the attribute while this poll is still running.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ready_timeout
         ports: dict[str, int] | None = None
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
             while True:
-                if self.process.returncode is not None:
-                    raise RuntimeError(f"cluster {self.name}: the peering process exited with {self.process.returncode}; "
+                if proc.returncode is not None:
+                    raise RuntimeError(f"cluster {self.name}: the peering process exited with {proc.returncode}; "
                                        f"see {self.path('peering.log')}:\n{self._log_tail()}")
                 if loop.time() > deadline:
                     raise TimeoutError(f"cluster {self.name}: the peering process was not ready within "

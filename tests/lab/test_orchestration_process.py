@@ -195,3 +195,20 @@ async def test_a_start_cancelled_twice_still_reaps_the_peering_process(tmp_path)
         assert proc.returncode == 0
     finally:
         await cluster.stop()
+
+
+async def test_a_stop_during_the_start_fails_the_start_with_the_exit_not_a_crash(tmp_path):
+    """Stopping the peering process while its start still polls for readiness ends the start with what happened to
+    the process (it exited), not with an error about a missing attribute."""
+    never_ready = "import time\nprint('up', flush=True)\ntime.sleep(60)\n"
+    cluster = LabCluster("a", tmp_path, peering_command=lambda c: [sys.executable, "-c", never_ready],
+                         ready_timeout=60)
+    start = asyncio.create_task(cluster.start())
+    try:
+        log = cluster.path("peering.log")
+        await _until(lambda: cluster.process is not None and log.exists() and "up" in log.read_text())
+        await cluster.stop_peering()
+        with pytest.raises(RuntimeError, match="the peering process exited with -15"):
+            await start
+    finally:
+        await cluster.stop()
