@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from control.connstring import Invitation
+from gateway.tls import client_context
 
 JOIN_PATH = "/v1/join"
 PEER_PATH = "/peering/v1/"
@@ -50,20 +51,7 @@ def join_context(inv: Invitation) -> ssl.SSLContext:
 
 def peer_context(peer_ca_pem: str, client_cert_pem: str, client_key_pem: str) -> ssl.SSLContext:
     """mTLS toward a peer's entrance: trust only its peering CA and present the certificate it issued to us."""
-    import os
-    import tempfile
-
-    ctx = ssl.create_default_context(cadata=peer_ca_pem)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    # ssl loads a key pair only from files; the directory is private and the files are removed at once.
-    with tempfile.TemporaryDirectory(prefix="peering-client-") as tmp:
-        cert_path, key_path = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
-        for path, text in ((cert_path, client_cert_pem), (key_path, client_key_pem)):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-        ctx.load_cert_chain(cert_path, key_path)
-    return ctx
+    return client_context(peer_ca_pem.encode(), client_cert_pem.encode(), client_key_pem.encode())
 
 
 def _refused_cert(exc: BaseException) -> bool:
