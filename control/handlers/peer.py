@@ -8,15 +8,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 from typing import TYPE_CHECKING, Callable
+
+import aiohttp
 
 from gateway.protocol import PeerCall, ProtocolError
 
 from control import pki
 from control.feed import CA_SECRET
-from control.kube import CLUSTERPEERS, SECRETS, Conflict, NotFound
+from control.kube import CLUSTERPEERS, SECRETS, ApiError, Conflict, NotFound
 from control.rules import credentials as creds
 from control.rules import join as join_rules
 
@@ -43,7 +46,6 @@ class PeerHandlers:
         self.kube = ctx.kube
         self.namespace = ctx.namespace
         self.pull_now = pull_now
-        self.clusterpeers = ctx.informers.get(CLUSTERPEERS)
 
     def register(self) -> None:
         h = self.ctx.handlers
@@ -53,7 +55,17 @@ class PeerHandlers:
         h.add_peer_op("certificate", self.certificate)
 
     async def offer(self, call: PeerCall) -> dict:
-        cp = self.clusterpeers.get(call.peer.name)
+        # Read from the API, not from the informer: the reconciler notifies the peer right after writing a new
+        # offer, and the pull that follows can arrive before this process's watch has delivered that write, which
+        # would hand the peer the old offer with no later notify to correct it.
+        try:
+            cp = await self.kube.get_or_none(CLUSTERPEERS, call.peer.name)
+        except ApiError as exc:
+            raise ProtocolError(503, "NotReady", f"this cluster cannot read its offer right now ({exc.reason}); "
+                                "retry later") from None
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            raise ProtocolError(503, "NotReady", "this cluster cannot reach its API server right now; retry later"
+                                ) from None
         offer = ((cp or {}).get("status") or {}).get("offer")
         if not isinstance(offer, dict):
             raise ProtocolError(503, "NotReady", "the offer of this peering is not computed yet; retry later")
