@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from gateway.headers import HOP_BY_HOP, bearer, request_head, screen_request
-from gateway.resolve import OverrideResolver
+from gateway.resolve import OverrideResolver, split_authority
 from gateway.status import Refusal, status_body
 from gateway.tls import forget_decoded_peer_certificate
 from gateway.upstream import UpstreamError
@@ -150,9 +150,7 @@ class RelayPool:
 
     def __init__(self, authority: str, ssl_context: ssl.SSLContext, resolver: OverrideResolver, *,
                  connect_timeout: float, idle_timeout: float, max_idle: int) -> None:
-        host, _, port = authority.rpartition(":") if authority.rsplit(":", 1)[-1].isdigit() else (authority, "", "")
-        self.host = host.strip("[]")
-        self.port = int(port) if port else 443
+        self.host, self.port = split_authority(authority)
         self.authority = authority
         self.ssl = ssl_context
         self.resolver = resolver

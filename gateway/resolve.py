@@ -21,6 +21,12 @@ def parse_resolve_args(values: list[str]) -> dict[str, str]:
     return result
 
 
+def split_authority(authority: str, default_port: int = 443) -> tuple[str, int]:
+    """`host[:port]` of a URL (brackets of an IPv6 literal removed), the port defaulting to HTTPS's."""
+    host, _, port = authority.rpartition(":") if authority.rsplit(":", 1)[-1].isdigit() else (authority, "", "")
+    return host.strip("[]"), int(port) if port else default_port
+
+
 def split_target(target: str) -> tuple[str, int]:
     ip, _, port = target.rpartition(":")
     return ip.strip("[]"), int(port)

@@ -17,7 +17,7 @@ from aiohttp.client_exceptions import ClientPayloadError
 from aiohttp.http_parser import HttpResponseParser, RawResponseMessage
 from aiohttp.streams import StreamReader
 
-from gateway.resolve import OverrideResolver
+from gateway.resolve import OverrideResolver, split_authority
 
 _READ_LIMIT = 2 ** 16
 
@@ -145,9 +145,7 @@ class UpstreamPool:
     def __init__(self, authority: str, ssl_context: ssl.SSLContext, resolver: OverrideResolver, *,
                  connect_timeout: float, idle_timeout: float, max_idle: int, max_line: int = 65536,
                  max_headers: int = 256) -> None:
-        host, _, port = authority.rpartition(":") if authority.rsplit(":", 1)[-1].isdigit() else (authority, "", "")
-        self.host = host.strip("[]")
-        self.port = int(port) if port else 443
+        self.host, self.port = split_authority(authority)
         self.authority = authority
         self.ssl = ssl_context
         self.resolver = resolver
