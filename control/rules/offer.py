@@ -99,6 +99,24 @@ def _name_ok(value) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_NAME
 
 
+def _named_items(offer: dict, key: str, what: str, limit: int) -> tuple[list, "OfferCheck | None"]:
+    """The list `offer[key]` of objects with unique, bounded names, or the refusal that says what is wrong."""
+    items = offer.get(key)
+    items = [] if items is None else items
+    if not isinstance(items, list):
+        return [], _bad(f"{key} is not a list")
+    if len(items) > limit:
+        return [], OfferCheck(False, OFFER_TOO_LARGE, f"the peer offers {len(items)} {key}, more than {limit}")
+    seen: set[str] = set()
+    for item in items:
+        if not isinstance(item, dict) or not _name_ok(item.get("name")):
+            return [], _bad(f"a {what} has no name or a name longer than {MAX_NAME}")
+        if item["name"] in seen:
+            return [], _bad(f"{what} {item['name']} is listed twice")
+        seen.add(item["name"])
+    return items, None
+
+
 def validate_offer(offer, *, size: int | None = None) -> OfferCheck:
     """Check a received offer against the bounds; `size` is the byte length of the body it came in, if known."""
     if size is None:
@@ -130,21 +148,10 @@ def validate_offer(offer, *, size: int | None = None) -> OfferCheck:
             if problem:
                 return _bad(problem)
 
-    projects = offer.get("projects")
-    projects = [] if projects is None else projects
-    if not isinstance(projects, list):
-        return _bad("projects is not a list")
-    if len(projects) > MAX_PROJECTS:
-        return OfferCheck(
-            False, OFFER_TOO_LARGE, f"the peer offers {len(projects)} projects, more than {MAX_PROJECTS}"
-        )
-    seen: set[str] = set()
+    projects, refusal = _named_items(offer, "projects", "project", MAX_PROJECTS)
+    if refusal:
+        return refusal
     for p in projects:
-        if not isinstance(p, dict) or not _name_ok(p.get("name")):
-            return _bad(f"a project has no name or a name longer than {MAX_NAME}")
-        if p["name"] in seen:
-            return _bad(f"project {p['name']} is listed twice")
-        seen.add(p["name"])
         ns = p.get("namespaces")
         ns = [] if ns is None else ns
         if not isinstance(ns, list) or not all(_name_ok(n) for n in ns):
@@ -156,21 +163,10 @@ def validate_offer(offer, *, size: int | None = None) -> OfferCheck:
                 f"project {p['name']} of the peer has {len(ns)} namespaces, more than {MAX_NAMESPACES_PER_PROJECT}",
             )
 
-    caps = offer.get("capabilities")
-    caps = [] if caps is None else caps
-    if not isinstance(caps, list):
-        return _bad("capabilities is not a list")
-    if len(caps) > MAX_CAPABILITIES:
-        return OfferCheck(
-            False, OFFER_TOO_LARGE, f"the peer offers {len(caps)} capabilities, more than {MAX_CAPABILITIES}"
-        )
-    names: set[str] = set()
+    caps, refusal = _named_items(offer, "capabilities", "capability", MAX_CAPABILITIES)
+    if refusal:
+        return refusal
     for c in caps:
-        if not isinstance(c, dict) or not _name_ok(c.get("name")):
-            return _bad(f"a capability has no name or a name longer than {MAX_NAME}")
-        if c["name"] in names:
-            return _bad(f"capability {c['name']} is listed twice")
-        names.add(c["name"])
         version = c.get("version")
         if not isinstance(version, str) or not 0 < len(version) <= MAX_VERSION:
             return _bad(f"capability {c['name']} has no version or one longer than {MAX_VERSION}")
