@@ -51,6 +51,28 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
+def _builder(subject: x509.Name, issuer: x509.Name, public_key, now, *, ca: bool) -> x509.CertificateBuilder:
+    """What every lab certificate shares: names, key, validity window, CA flag and the key usage that goes with it."""
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=ca, crl_sign=ca,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+    )
+
+
 class CA:
     """A self-signed certificate authority that issues server and client certificates."""
 
@@ -60,22 +82,7 @@ class CA:
         now = _now()
         public_key = self._key.public_key()
         self._cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _BACKDATE)
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True, content_commitment=False, key_encipherment=False,
-                    data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                    encipher_only=False, decipher_only=False,
-                ),
-                critical=True,
-            )
+            _builder(name, name, public_key, now, ca=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
             .sign(self._key, hashes.SHA256())
         )
@@ -86,22 +93,7 @@ class CA:
         key = _new_key()
         now = _now()
         builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(self._cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _BACKDATE)
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True, content_commitment=False, key_encipherment=False,
-                    data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-                    encipher_only=False, decipher_only=False,
-                ),
-                critical=True,
-            )
+            _builder(subject, self._cert.subject, key.public_key(), now, ca=False)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False
