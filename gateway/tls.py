@@ -3,13 +3,19 @@ handshake itself so that failures are counted by reason and certificates are swa
 
 from __future__ import annotations
 
+import _ssl
 import asyncio
+import ctypes
 import hashlib
+import logging
 import os
 import socket
 import ssl
+import sys
 import tempfile
 from typing import Any, Callable
+
+log = logging.getLogger(__name__)
 
 # Modern suites only; the peering CA issues ECDSA P-256 keys, so only ECDSA suites are offered for TLS 1.2.
 TLS12_CIPHERS = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305"
@@ -33,10 +39,78 @@ def _harden(ctx: ssl.SSLContext) -> None:
     ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
 
 
+# OpenSSL's SSL_CTX_ctrl command for modes, and the mode that stops it building our own certificate's chain.
+_SSL_CTRL_MODE = 33
+SSL_MODE_NO_AUTO_CHAIN = 0x8
+
+
+class _OpenSSL:
+    """The two libssl calls Python's ssl has no API for, made on the very library `_ssl` is linked with.
+
+    Python's ssl cannot set OpenSSL modes. The one the gateway needs, SSL_MODE_NO_AUTO_CHAIN, matters on every
+    handshake: without it OpenSSL, for a certificate loaded without a chain, builds the chain anew for each
+    handshake by verifying our own certificate against the trust store (a signature check) and then sends the CA
+    certificate too, which the peer has and must decode for nothing. The SSL_CTX pointer is read from the context
+    object (CPython's PySSLContext starts with it) and trusted only when libssl reads back the very options Python
+    reports for that context; otherwise nothing is changed."""
+
+    def __init__(self) -> None:
+        self.ctrl = self.get_options = None
+        if sys.implementation.name != "cpython":
+            return
+        try:
+            lib = ctypes.CDLL(getattr(_ssl, "__file__", None))
+            ctrl, get_options = lib.SSL_CTX_ctrl, lib.SSL_CTX_get_options
+        except (OSError, AttributeError):
+            return
+        ctrl.restype, ctrl.argtypes = ctypes.c_long, [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p]
+        get_options.restype, get_options.argtypes = ctypes.c_uint64, [ctypes.c_void_p]
+        self.ctrl, self.get_options = ctrl, get_options
+
+    def pointer(self, ctx: ssl.SSLContext) -> int | None:
+        if self.ctrl is None:
+            return None
+        pointer = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+        if not pointer:
+            return None
+        # Both readings must agree, before and after a change of an option Python sets through libssl itself.
+        original = ctx.options
+        try:
+            if self.get_options(pointer) != int(original):
+                return None
+            ctx.options = original ^ ssl.OP_NO_TICKET
+            agrees = self.get_options(pointer) == int(ctx.options)
+        finally:
+            ctx.options = original
+        return pointer if agrees else None
+
+    def add_modes(self, ctx: ssl.SSLContext, modes: int) -> bool:
+        """Add OpenSSL `modes` to `ctx` (for the connections made from it afterwards); False when not possible."""
+        pointer = self.pointer(ctx)
+        if pointer is None:
+            return False
+        return self.ctrl(pointer, _SSL_CTRL_MODE, modes, None) & modes == modes
+
+
+_OPENSSL: _OpenSSL | None = None
+
+
+def add_openssl_modes(ctx: ssl.SSLContext, modes: int) -> bool:
+    global _OPENSSL
+    if _OPENSSL is None:
+        _OPENSSL = _OpenSSL()
+    if _OPENSSL.add_modes(ctx, modes):
+        return True
+    log.warning("OpenSSL modes %#x could not be set on a TLS context; TLS works, with more work per handshake", modes)
+    return False
+
+
 def server_context(cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes | None) -> ssl.SSLContext:
     """A server context; with `client_ca_pem`, a client certificate issued by that CA is required."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _harden(ctx)
+    # The certificate is sent with the chain loaded with it (none when the CA signs it directly), as it is.
+    add_openssl_modes(ctx, SSL_MODE_NO_AUTO_CHAIN)
     try:
         _load_chain(ctx, cert_pem, key_pem)
     except ssl.SSLError as exc:
@@ -65,6 +139,7 @@ def client_context(ca_pem: bytes | None, cert_pem: bytes | None = None, key_pem:
         ctx.load_default_certs()
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if cert_pem and key_pem:
+        add_openssl_modes(ctx, SSL_MODE_NO_AUTO_CHAIN)
         _load_chain(ctx, cert_pem, key_pem)
     return ctx
 
