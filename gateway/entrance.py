@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from gateway.headers import HOP_BY_HOP, bearer, request_head, screen_request
 from gateway.resolve import OverrideResolver, split_authority
 from gateway.status import Refusal, status_body
-from gateway.tls import forget_decoded_peer_certificate
 from gateway.upstream import UpstreamError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -214,7 +213,6 @@ class Relay(asyncio.Protocol):
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        forget_decoded_peer_certificate(transport)
 
     def start(self, owner: "EntranceProtocol", head: bytes, head_only: bool) -> None:
         self.owner = owner

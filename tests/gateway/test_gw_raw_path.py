@@ -4,6 +4,7 @@ against a scripted upstream that answers with exactly the bytes a test chooses."
 from __future__ import annotations
 
 import asyncio
+import socket
 import json
 import ssl
 from types import SimpleNamespace
@@ -402,5 +403,9 @@ async def test_held_connections_keep_no_decoded_peer_certificate(scripted_gatewa
         assert conn.transport.get_extra_info("peercert") == {}
         (relay,) = gw._relay_pool.all
         assert relay.transport.get_extra_info("peercert") == {}
+        # Small records (a response head, then its body) do not wait for delayed ACKs on either connection: the
+        # event loop sets TCP_NODELAY on every TCP transport, the gateway relies on it.
+        for transport in (conn.transport, relay.transport):
+            assert transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         await close(writer)
