@@ -38,20 +38,23 @@ def _harden(ctx: ssl.SSLContext) -> None:
     ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
 
 
-# OpenSSL's SSL_CTX_ctrl command for modes, and the mode that stops it building our own certificate's chain.
+# OpenSSL's SSL_CTX_ctrl commands and values the gateway uses (ssl.h).
 _SSL_CTRL_MODE = 33
+_SSL_CTRL_SET_SESS_CACHE_MODE = 44
+_SSL_CTRL_GET_SESS_CACHE_MODE = 45
 SSL_MODE_NO_AUTO_CHAIN = 0x8
+SSL_SESS_CACHE_OFF = 0x0
 
 
 class _OpenSSL:
-    """The two libssl calls Python's ssl has no API for, made on the very library `_ssl` is linked with.
+    """SSL_CTX_ctrl, which Python's ssl has no API for, called on the very library `_ssl` is linked with.
 
-    Python's ssl cannot set OpenSSL modes. The one the gateway needs, SSL_MODE_NO_AUTO_CHAIN, matters on every
-    handshake: without it OpenSSL, for a certificate loaded without a chain, builds the chain anew for each
-    handshake by verifying our own certificate against the trust store (a signature check) and then sends the CA
-    certificate too, which the peer has and must decode for nothing. The SSL_CTX pointer is read from the context
-    object (CPython's PySSLContext starts with it) and trusted only when libssl reads back the very options Python
-    reports for that context; otherwise nothing is changed."""
+    The gateway needs it twice. SSL_MODE_NO_AUTO_CHAIN matters on every handshake: without it OpenSSL, for a
+    certificate loaded without a chain, builds the chain anew for each handshake by verifying our own certificate
+    against the trust store (a signature check) and then sends the CA certificate too, which the peer has and must
+    decode for nothing. And the server-side session cache must be off (see `server_context`). The SSL_CTX pointer
+    is read from the context object (CPython's PySSLContext starts with it) and trusted only when libssl reads
+    back the very options Python reports for that context, before and after a change; otherwise nothing is done."""
 
     def __init__(self) -> None:
         self.ctrl = self.get_options = None
@@ -83,24 +86,38 @@ class _OpenSSL:
             ctx.options = original
         return pointer if agrees else None
 
-    def add_modes(self, ctx: ssl.SSLContext, modes: int) -> bool:
-        """Add OpenSSL `modes` to `ctx` (for the connections made from it afterwards); False when not possible."""
+    def control(self, ctx: ssl.SSLContext, command: int, value: int) -> int | None:
+        """SSL_CTX_ctrl(ctx, command, value); None when the context's SSL_CTX cannot be trusted."""
         pointer = self.pointer(ctx)
-        if pointer is None:
-            return False
-        return self.ctrl(pointer, _SSL_CTRL_MODE, modes, None) & modes == modes
+        return None if pointer is None else self.ctrl(pointer, command, value, None)
 
 
 _OPENSSL: _OpenSSL | None = None
 
 
-def add_openssl_modes(ctx: ssl.SSLContext, modes: int) -> bool:
+def _openssl() -> _OpenSSL:
     global _OPENSSL
     if _OPENSSL is None:
         _OPENSSL = _OpenSSL()
-    if _OPENSSL.add_modes(ctx, modes):
+    return _OPENSSL
+
+
+def add_openssl_modes(ctx: ssl.SSLContext, modes: int) -> bool:
+    """Add OpenSSL `modes` to `ctx`, for the connections made from it afterwards; False (logged) when not done."""
+    result = _openssl().control(ctx, _SSL_CTRL_MODE, modes)
+    if result is not None and result & modes == modes:
         return True
     log.warning("OpenSSL modes %#x could not be set on a TLS context; TLS works, with more work per handshake", modes)
+    return False
+
+
+def disable_session_cache(ctx: ssl.SSLContext) -> bool:
+    """Switch off the server-side session cache of `ctx`; False (logged) when not done."""
+    openssl = _openssl()
+    if openssl.control(ctx, _SSL_CTRL_SET_SESS_CACHE_MODE, SSL_SESS_CACHE_OFF) is not None and \
+            openssl.control(ctx, _SSL_CTRL_GET_SESS_CACHE_MODE, 0) == SSL_SESS_CACHE_OFF:
+        return True
+    log.warning("the TLS session cache could not be switched off: TLS 1.2 clients may resume sessions")
     return False
 
 
@@ -121,6 +138,10 @@ def server_context(cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes | None)
     # cost of a full handshake after the signatures.
     ctx.num_tickets = 0
     ctx.options |= ssl.OP_NO_TICKET
+    # Nor TLS 1.2 resumption by session ID, for the same reason: Python's ssl gives server contexts a session ID
+    # context, so OpenSSL would cache every session (with the client certificate) for five minutes and let a
+    # client resume one without presenting its certificate again, expired or not.
+    disable_session_cache(ctx)
     ctx.sslobject_class = LeanSSLObject
     if client_ca_pem is not None:
         ctx.verify_mode = ssl.CERT_REQUIRED

@@ -119,3 +119,41 @@ def test_a_context_libssl_does_not_confirm_is_left_alone(certs, monkeypatch, cap
     with caplog.at_level("WARNING", logger="gateway.tls"):
         assert tls.add_openssl_modes(ctx, tls.SSL_MODE_NO_AUTO_CHAIN) is False
     assert "could not be set" in caplog.text
+
+
+def _python_handshake(server: ssl.SSLContext, client: ssl.SSLContext, session: ssl.SSLSession | None = None
+                      ) -> tuple[ssl.SSLObject, ssl.SSLObject]:
+    si, so, ci, co = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    ours = server.wrap_bio(si, so, server_side=True)
+    theirs = client.wrap_bio(ci, co, server_hostname="peering-gateway.x.lab", session=session)
+    for _ in range(10):
+        for end in (theirs, ours):
+            try:
+                end.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        si.write(co.read())
+        ci.write(so.read())
+        if not (co.pending or so.pending) and ours.version() and theirs.version():
+            try:
+                theirs.read(1)  # TLS 1.3 sends its tickets (none here) after the handshake
+            except ssl.SSLWantReadError:
+                pass
+            return ours, theirs
+    raise AssertionError("the handshake did not finish")
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_the_entrance_never_resumes_a_session(certs, version):
+    ca, server, client = certs
+    entrance = tls.server_context(server.cert_chain_pems[0].bytes(), server.private_key_pem.bytes(),
+                                  ca.cert_pem.bytes())
+    peer = tls.client_context(ca.cert_pem.bytes(), client.cert_chain_pems[0].bytes(),
+                              client.private_key_pem.bytes())
+    peer.maximum_version = version
+    _, first = _python_handshake(entrance, peer)
+    ours, second = _python_handshake(entrance, peer, session=first.session)
+    # Every connection is a full handshake: the client certificate is presented and checked each time.
+    assert (ours.session_reused, second.session_reused) == (False, False)
+    assert ours.getpeercert(binary_form=True)
+    assert entrance.session_stats()["number"] == 0
