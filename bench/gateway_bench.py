@@ -545,9 +545,6 @@ def summarize(results: dict) -> dict:
 # ----- subcommand: the gateway under test ---------------------------------------------------------------------------
 def serve_gateway(cfg_json: str) -> None:
     import uvloop
-
-    from gateway.runtime import tune_allocator
-    tune_allocator()  # as `peering run` and its workers do
     profile = os.environ.get("GATEWAY_BENCH_PROFILE")
     if profile:
         # Profiles the single-process gateway for hot-path work: GATEWAY_BENCH_PROFILE=out.pstats

@@ -20,7 +20,6 @@ from importlib import metadata
 from typing import Sequence
 
 from control.config import ControlSettings, DexSettings, KubeSettings, LeaseSettings, ListenSettings, Settings
-from gateway.runtime import tune_allocator
 
 log = logging.getLogger("peering.control.cli")
 
@@ -206,7 +205,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"peering run: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
-    tune_allocator()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; this keeps a broken install explainable

@@ -28,7 +28,6 @@ from prometheus_client.registry import Collector
 from gateway.config import GatewayConfig
 from gateway.protocol import ControlHandlers, PeerCall, ProtocolError
 from gateway.registry import Registry
-from gateway.runtime import tune_allocator
 
 log = logging.getLogger("gateway.workers")
 
@@ -95,7 +94,6 @@ def _worker_main(index: int, config: GatewayConfig, sockets: dict[str, socket.so
                  control_path: str) -> None:
     import uvloop
     logging.basicConfig(level=logging.WARNING)
-    tune_allocator()
     uvloop.run(_worker(index, config, sockets, conn, control_path))
 
 
