@@ -75,3 +75,14 @@ async def test_the_raw_path_micro_benchmark_relays_every_request():
 
     # measure() itself refuses to report when a request was not relayed upstream and answered.
     assert 0 < await measure(200, rounds=1) < 10_000
+
+
+def test_the_tls_micro_benchmark_completes_client_authenticated_handshakes():
+    from bench.tls_micro import Certs, handshake_cpu, stdlib_heap_per_connection
+
+    certs = Certs()
+    # Each handshake asserts that the server received the client certificate: a figure means a full mTLS one.
+    cpu = handshake_cpu(certs, handshakes=3)
+    assert cpu["stdlib"] > 0 and cpu["pyopenssl"] > 0
+    heap = stdlib_heap_per_connection(certs, connections=20)
+    assert heap is None or heap > 1
