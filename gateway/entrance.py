@@ -43,7 +43,6 @@ _RESPONSE_DROP = HOP_BY_HOP
 _MAX_CHUNK_LINE = 4096
 _MAX_RESPONSE_HEAD = 64 * 1024
 
-# Framing states of an upstream answer.
 # Both ends of the raw path read TLS records into this one buffer: the TLS layer decrypts straight into it and
 # the protocol copies out what arrived at once. Without it, uvloop allocates a 256 KiB bytes object for every
 # read and shrinks it to what was read: a large malloc per read, and heap pages that stay touched.
@@ -62,6 +61,7 @@ class _SharedBufferReads:
         self.data_received(bytes(_READ_BUFFER[:nbytes]))  # type: ignore[attr-defined]
 
 
+# Framing states of an upstream answer.
 _HEAD, _LENGTH, _CHUNK_LINE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
 
 
