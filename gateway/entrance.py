@@ -18,14 +18,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-import ssl
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from gateway.headers import HOP_BY_HOP, bearer, request_head, screen_request
-from gateway.resolve import OverrideResolver, split_authority
 from gateway.status import Refusal, status_body
-from gateway.upstream import UpstreamError
+from gateway.upstream import TLSPool, UpstreamError
 
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.server import Gateway
@@ -162,50 +160,11 @@ def response_head(head: bytes, head_only: bool) -> tuple[bytes, int, int, bool, 
     return b"".join(out), code, state, reuse, length
 
 
-class RelayPool:
+class RelayPool(TLSPool["Relay"]):
     """Keep-alive TLS connections to one upstream for the raw path; each carries one exchange at a time."""
 
-    def __init__(self, authority: str, ssl_context: ssl.SSLContext, resolver: OverrideResolver, *,
-                 connect_timeout: float, idle_timeout: float, max_idle: int) -> None:
-        self.host, self.port = split_authority(authority)
-        self.authority = authority
-        self.ssl = ssl_context
-        self.resolver = resolver
-        self.connect_timeout = connect_timeout
-        self.idle_timeout = idle_timeout
-        self.max_idle = max_idle
-        self.loop = asyncio.get_running_loop()
-        self.idle: list[Relay] = []
-        self.all: set[Relay] = set()
-        self.closed = False
-
-    def take(self) -> "Relay | None":
-        while self.idle:
-            relay = self.idle.pop()
-            if relay.transport is not None and not relay.transport.is_closing():
-                return relay
-        return None
-
     async def connect(self) -> "Relay":
-        if self.closed:
-            raise UpstreamError("connect", "the gateway is stopping")
-        try:
-            target = (await self.resolver.resolve(self.host, self.port))[0]
-            _, relay = await asyncio.wait_for(self.loop.create_connection(
-                lambda: Relay(self), target["host"], target["port"], ssl=self.ssl, server_hostname=self.host,
-                ssl_handshake_timeout=self.connect_timeout), self.connect_timeout)
-        except (OSError, asyncio.TimeoutError, IndexError, ssl.SSLError) as exc:
-            raise UpstreamError("connect", type(exc).__name__) from None
-        self.all.add(relay)
-        return relay
-
-    async def close(self) -> None:
-        self.closed = True
-        for relay in list(self.all):
-            if relay.transport is not None:
-                relay.transport.abort()
-        self.idle.clear()
-        await asyncio.sleep(0)
+        return await self.open(lambda: Relay(self))
 
 
 class Relay(_SharedBufferReads, asyncio.BufferedProtocol):

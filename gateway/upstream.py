@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Generic, TypeVar
 
 from aiohttp.base_protocol import BaseProtocol
 from aiohttp.client_exceptions import ClientPayloadError
@@ -134,17 +134,20 @@ class _Connection(BaseProtocol):
         self._parser = None
         self.waiter = None
         if reuse and self.transport is not None and not self.transport.is_closing():
-            self.pool._idle.append(self)
+            self.pool.idle.append(self)
         elif self.transport is not None:
             self.transport.abort()
 
 
-class UpstreamPool:
-    """Keep-alive TLS connections to one upstream `host[:port]` (resolved through the override map)."""
+_P = TypeVar("_P", bound=asyncio.BaseProtocol)
+
+
+class TLSPool(Generic[_P]):
+    """Keep-alive TLS connections to one upstream `host[:port]` (resolved through the override map), each a
+    protocol `_P` with a `transport`: what the proxy's HTTP client and the raw path's relay share."""
 
     def __init__(self, authority: str, ssl_context: ssl.SSLContext, resolver: OverrideResolver, *,
-                 connect_timeout: float, idle_timeout: float, max_idle: int, max_line: int = 65536,
-                 max_headers: int = 256) -> None:
+                 connect_timeout: float, idle_timeout: float, max_idle: int) -> None:
         self.host, self.port = split_authority(authority)
         self.authority = authority
         self.ssl = ssl_context
@@ -152,31 +155,68 @@ class UpstreamPool:
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
         self.max_idle = max_idle
-        self.max_line = max_line
-        self.max_headers = max_headers
         self.loop = asyncio.get_running_loop()
-        self._idle: list[_Connection] = []
-        self._all: set[_Connection] = set()
-        self._closed = False
+        self.idle: list[_P] = []
+        self.all: set[_P] = set()
+        self.closed = False
 
-    async def _connect(self) -> _Connection:
-        if self._closed:
+    def _usable(self, conn: _P) -> bool:
+        transport: Any = getattr(conn, "transport", None)
+        return transport is not None and not transport.is_closing()
+
+    def take(self) -> _P | None:
+        """The most recently idle connection still usable, or None."""
+        while self.idle:
+            conn = self.idle.pop()
+            if self._usable(conn):
+                return conn
+        return None
+
+    async def open(self, factory: Callable[[], _P]) -> _P:
+        """A new connection made by `factory`, counted in `all`; UpstreamError when it cannot be made."""
+        if self.closed:
             raise UpstreamError("connect", "the gateway is stopping")
         try:
-            infos = await self.resolver.resolve(self.host, self.port)
-            target = infos[0]
+            target = (await self.resolver.resolve(self.host, self.port))[0]
             _, conn = await asyncio.wait_for(self.loop.create_connection(
-                lambda: _Connection(self), target["host"], target["port"], ssl=self.ssl,
-                server_hostname=self.host, ssl_handshake_timeout=self.connect_timeout), self.connect_timeout)
+                factory, target["host"], target["port"], ssl=self.ssl, server_hostname=self.host,
+                ssl_handshake_timeout=self.connect_timeout), self.connect_timeout)
         except (OSError, asyncio.TimeoutError, IndexError, ssl.SSLError) as exc:
             raise UpstreamError("connect", type(exc).__name__) from None
-        self._all.add(conn)
+        self.all.add(conn)
         return conn
 
+    async def close(self) -> None:
+        self.closed = True
+        for conn in list(self.all):
+            transport: Any = getattr(conn, "transport", None)
+            if transport is not None:
+                transport.abort()
+        self.idle.clear()
+        await asyncio.sleep(0)
+
+
+class UpstreamPool(TLSPool[_Connection]):
+    """The proxy's lean HTTP/1.1 client over pooled TLS connections to one upstream."""
+
+    def __init__(self, authority: str, ssl_context: ssl.SSLContext, resolver: OverrideResolver, *,
+                 connect_timeout: float, idle_timeout: float, max_idle: int, max_line: int = 65536,
+                 max_headers: int = 256) -> None:
+        super().__init__(authority, ssl_context, resolver, connect_timeout=connect_timeout,
+                         idle_timeout=idle_timeout, max_idle=max_idle)
+        self.max_line = max_line
+        self.max_headers = max_headers
+
+    def _usable(self, conn: _Connection) -> bool:
+        return super()._usable(conn) and not conn.broken
+
+    async def _connect(self) -> _Connection:
+        return await self.open(lambda: _Connection(self))
+
     def _forget(self, conn: _Connection) -> None:
-        self._all.discard(conn)
+        self.all.discard(conn)
         try:
-            self._idle.remove(conn)
+            self.idle.remove(conn)
         except ValueError:
             pass
 
@@ -184,12 +224,7 @@ class UpstreamPool:
                       on_response: Callable[[RawResponseMessage, StreamReader], Awaitable[None]]) -> None:
         """Send `head` (and the body), hand the parsed response head and its body stream to `on_response`, and
         put the connection back in the pool only if the exchange ended cleanly."""
-        conn = None
-        while self._idle:
-            candidate = self._idle.pop()
-            if candidate.transport is not None and not candidate.transport.is_closing() and not candidate.broken:
-                conn = candidate
-                break
+        conn = self.take()
         fresh = conn is None
         if conn is None:
             conn = await self._connect()
@@ -214,7 +249,7 @@ class UpstreamPool:
                 else:
                     raise
             await on_response(message, payload)
-            reuse = conn.finished() and len(self._idle) < self.max_idle
+            reuse = conn.finished() and len(self.idle) < self.max_idle
         finally:
             conn.release(reuse)
 
@@ -231,11 +266,3 @@ class UpstreamPool:
             await conn._drain_helper()
         if chunked:
             transport.write(b"0\r\n\r\n")
-
-    async def close(self) -> None:
-        self._closed = True
-        for conn in list(self._all):
-            if conn.transport is not None:
-                conn.transport.abort()
-        self._idle.clear()
-        await asyncio.sleep(0)
