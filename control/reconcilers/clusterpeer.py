@@ -336,7 +336,10 @@ class ClusterPeerReconciler:
             except NotFound:
                 return Result()
         if complete and offer != mem.notified_offer:
-            await self._notify(key, mem, values, offer, first=mem.notified_offer is None)
+            if time.monotonic() >= mem.notify_at:
+                await self._notify(mem, values, offer)
+            if offer != mem.notified_offer:
+                waits.append(max(0.05, mem.notify_at - time.monotonic()))
         # The objects that follow from the status (grants, ProjectPeers) are the grants reconciler's: this pass
         # stays short however many projects are paired.
         return Result(requeue_after=min(waits))
@@ -523,12 +526,10 @@ class ClusterPeerReconciler:
             return peer
         return fresh
 
-    async def _notify(self, key: str, mem: PeerMemory, values: dict, offer: dict, *, first: bool) -> None:
+    async def _notify(self, mem: PeerMemory, values: dict, offer: dict) -> None:
         answer = await self.client.call(values.get("peer-entrance", ""), "notify", body={},
                                         **self._call_args(values))
-        if answer.ok or first:
-            # On a process start the first announcement is a courtesy; a failure is covered by the peer's pulls.
-            mem.notified_offer = offer
+        self.memory.announced(mem, offer, answer.ok)
 
     # -- derived objects ---------------------------------------------------------------------------------------
 

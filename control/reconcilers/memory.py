@@ -26,6 +26,9 @@ class PeerMemory:
     delivered: str = ""
     #: our offer as last announced with /peering/v1/notify (so a changed offer is announced once).
     notified_offer: dict | None = None
+    #: monotonic time before which a failed announcement is not tried again, and the failures in a row.
+    notify_at: float = 0.0
+    notify_failures: int = 0
 
 
 class Memory:
@@ -53,6 +56,19 @@ class Memory:
     def retry_after(self, failures: int) -> float:
         """Backoff for a failed pull or join: fast at first, never slower than the sync interval."""
         return min(self.sync_interval, 0.25 * (2 ** min(failures, 10)))
+
+    def announced(self, mem: PeerMemory, offer: dict, ok: bool) -> None:
+        """Record how announcing `offer` with a notify went. It is done once the peer took it, or after about a
+        sync interval of failures, when the peer's own periodic pulls (which fetch the current offer) take over;
+        until then it is tried again after a backoff (`mem.notify_at`). A fresh peering's first announcement can
+        arrive before the peer admits our certificate, so a failure is never taken for done at once."""
+        if not ok:
+            delay = self.retry_after(mem.notify_failures)
+            mem.notify_failures += 1
+            if delay < self.sync_interval:
+                mem.notify_at = time.monotonic() + delay
+                return
+        mem.notified_offer, mem.notify_failures, mem.notify_at = offer, 0, 0.0
 
     def pull_now(self, name: str) -> None:
         self.get(name).pull_at = 0.0

@@ -131,6 +131,31 @@ def test_memory_schedule():
     assert memory.get("x").sync_error is None
 
 
+def test_a_failed_announcement_is_retried_with_backoff_until_the_peers_pulls_take_over():
+    import time
+
+    memory = Memory(sync_interval=4.0)
+    mem = memory.get("peer")
+    old, new = {"projects": ["shop"]}, {"projects": ["shop", "shop-eu"]}
+    memory.announced(mem, old, True)
+    assert (mem.notified_offer, mem.notify_at) == (old, 0.0)
+    # The peer has not admitted us yet: the new offer stays to announce, after 0.25, 0.5, 1 and 2 s.
+    waits = []
+    for _ in range(4):
+        before = time.monotonic()
+        memory.announced(mem, new, False)
+        assert mem.notified_offer == old
+        waits.append(mem.notify_at - before)
+    assert waits == pytest.approx([0.25, 0.5, 1.0, 2.0], abs=0.05)
+    # The next backoff would reach the sync interval: the peer's own pulls fetch it from here.
+    memory.announced(mem, new, False)
+    assert (mem.notified_offer, mem.notify_failures, mem.notify_at) == (new, 0, 0.0)
+    # A success resets the backoff at once.
+    memory.announced(mem, old, False)
+    memory.announced(mem, old, True)
+    assert (mem.notified_offer, mem.notify_failures, mem.notify_at) == (old, 0, 0.0)
+
+
 @pytest.mark.parametrize("status, expected", [
     ({}, False),
     ({"phase": "Pending", "peer": {"clusterUUID": "u"}}, False),
