@@ -110,6 +110,10 @@ async def test_same_named_projects_are_paired(lab):
 
 async def test_offer_change_reaches_the_peer_within_a_second(lab):
     a, b = lab["a"], lab["b"]
+    # The promise is about a working peering: run alone, this test starts while the lab is still joining.
+    for cluster, name in ((a, "to-b"), (b, "to-a")):
+        await _active_ready(cluster, name)
+    await until_equal(lambda: (_project_peer(b, "to-a").get("status") or {}).get("remoteNamespaces"), [PROJECT])
     start = time.monotonic()
     a.api.create({"apiVersion": "v1", "kind": "Namespace",
                   "metadata": {"name": "shop-eu", "labels": {"projects.deckhouse.io/project": PROJECT}}})
