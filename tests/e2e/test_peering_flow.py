@@ -54,6 +54,9 @@ async def lab(tmp_path_factory):
             obj = await until(lambda: clusterpeer(cluster, name), what=name)
             obj["spec"]["capabilities"] = [CAP]
             cluster.api.update(obj)
+        # Every test starts from a working peering, whichever runs first (or alone).
+        for cluster, name in ((a, "to-b"), (b, "to-a")):
+            await _active_ready(cluster, name)
         yield lab
 
 
@@ -110,9 +113,6 @@ async def test_same_named_projects_are_paired(lab):
 
 async def test_offer_change_reaches_the_peer_within_a_second(lab):
     a, b = lab["a"], lab["b"]
-    # The promise is about a working peering: run alone, this test starts while the lab is still joining.
-    for cluster, name in ((a, "to-b"), (b, "to-a")):
-        await _active_ready(cluster, name)
     await until_equal(lambda: (_project_peer(b, "to-a").get("status") or {}).get("remoteNamespaces"), [PROJECT])
     start = time.monotonic()
     a.api.create({"apiVersion": "v1", "kind": "Namespace",
@@ -137,9 +137,15 @@ async def test_a_consumer_crosses_egress_and_entrance(lab):
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=resolver, ssl=ctx)) as http:
             url = f"{access['endpoint']}/api/v1/namespaces/{PROJECT}/configmaps/prices"
-            async with http.get(url, headers={"Authorization": f"Bearer {token}"}) as resp:
-                body = await resp.json()
-                assert resp.status == 200, body
+            # Right after Ready, a's gateway may not have published b's token issuer yet (its registry follows the
+            # status within moments): that one refusal is waited out, any other answer counts.
+            for _ in range(100):
+                async with http.get(url, headers={"Authorization": f"Bearer {token}"}) as resp:
+                    body = await resp.json()
+                if resp.status != 401 or body.get("reason") != "PeerIssuerUnknown":
+                    break
+                await asyncio.sleep(0.05)
+            assert resp.status == 200, (body.get("reason"), body.get("message"))
             assert body["data"] == {"cluster": "a"}
             # Outside the paired project's namespaces the grant gives nothing.
             async with http.get(f"{access['endpoint']}/api/v1/namespaces/consumer/configmaps",
@@ -197,6 +203,8 @@ async def test_peer_down_is_unreachable_not_revoked_and_recovers(lab):
 
 async def test_a_pair_goes_when_a_side_loses_the_project_and_comes_back_with_it(lab):
     a, b = lab["a"], lab["b"]
+    await until(lambda: (_status(a, "to-b").get("grants") or [{}])[0].get("namespaces"), what="the pair's grants")
+    paired = _status(a, "to-b")["grants"]
     b.api.delete("deckhouse.io", "projects", PROJECT)
     await until(lambda: a.api.get(GROUP, "projectpeers", "to-b", PROJECT) is None, what="a's ProjectPeer gone")
     await until_equal(lambda: _status(a, "to-b").get("pairedProjectsCount"), 0)
@@ -205,8 +213,7 @@ async def test_a_pair_goes_when_a_side_loses_the_project_and_comes_back_with_it(
                 what="the Role of the lost pair gone")
     b.api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "Project", "metadata": {"name": PROJECT}})
     await until_equal(lambda: (_project_peer(a, "to-b").get("status") or {}).get("state"), "Paired")
-    await until_equal(lambda: _status(a, "to-b").get("grants"),
-                      [{"capability": CAP, "namespaces": [PROJECT, "shop-eu"]}])
+    await until_equal(lambda: _status(a, "to-b").get("grants"), paired)
 
 
 def _secret_values(cluster, name: str) -> dict[str, str]:
