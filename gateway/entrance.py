@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gateway.headers import HOP_BY_HOP, bearer, request_head, screen_request
 from gateway.status import Refusal, status_body
-from gateway.upstream import TLSPool, UpstreamError
+from gateway.tls import connection_ended
+from gateway.upstream import PooledIdle, TLSPool, UpstreamError
 
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.server import Gateway
@@ -167,7 +168,7 @@ class RelayPool(TLSPool["Relay"]):
         return await self.open(lambda: Relay(self))
 
 
-class Relay(_SharedBufferReads, asyncio.BufferedProtocol):
+class Relay(PooledIdle, _SharedBufferReads, asyncio.BufferedProtocol):
     """One upstream TLS connection. During an exchange its bytes go to the owning EntranceProtocol's transport;
     the response head is rewritten once, the body is relayed as it comes, framing decides the end."""
 
@@ -199,20 +200,14 @@ class Relay(_SharedBufferReads, asyncio.BufferedProtocol):
         self.got = False
         self.head_only = head_only
         self.last_read = self.pool.loop.time()
-        if self.timer is None:
-            self.timer = self.pool.loop.call_at(self.last_read + self.pool.idle_timeout, self._idle_check)
+        self._arm_idle()
         self.transport.write(head)
 
-    def _idle_check(self) -> None:
-        # One timer per connection, re-armed only when it fires: data_received just stamps the time.
-        self.timer = None
-        if self.owner is None or self.transport is None:
-            return
-        due = self.last_read + self.pool.idle_timeout
-        if self.pool.loop.time() >= due:
-            self._fail(f"no data from the upstream for {self.pool.idle_timeout:.0f} s")
-        else:
-            self.timer = self.pool.loop.call_at(due, self._idle_check)
+    def _exchanging(self) -> bool:
+        return self.owner is not None
+
+    def _idle_expired(self, why: str) -> None:
+        self._fail(why)
 
     def data_received(self, data: bytes) -> None:
         owner = self.owner
@@ -346,9 +341,7 @@ class Relay(_SharedBufferReads, asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        self._stop_idle()
         self.pool.all.discard(self)
         try:
             self.pool.idle.remove(self)
@@ -459,12 +452,7 @@ class EntranceProtocol(_SharedBufferReads, asyncio.BufferedProtocol):
             if self.watch and self.code:
                 self.gw.metrics.watches.labels("entrance", self.peer).dec()
             self._finish(self.code if self.code else 499)
-        listener, self._peering_listener = self._peering_listener, None
-        if listener is not None:
-            listener.closed()
-        on_lost, self._peering_on_lost = self._peering_on_lost, None
-        if on_lost is not None:
-            on_lost(self)
+        connection_ended(self)
 
     # ----- requests ---------------------------------------------------------------------------------------
     def _next(self) -> None:

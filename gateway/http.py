@@ -9,6 +9,7 @@ from aiohttp import web, web_protocol, web_server
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 
 from gateway.status import status_body
+from gateway.tls import connection_ended
 
 log = logging.getLogger("gateway")
 
@@ -57,12 +58,7 @@ class HTTPProtocol(web_protocol.RequestHandler):
         return status_response(code, cause, text, close=True)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        listener, self._peering_listener = self._peering_listener, None
-        if listener is not None:
-            listener.closed()
-        on_lost, self._peering_on_lost = self._peering_on_lost, None
-        if on_lost is not None:
-            on_lost(self)
+        connection_ended(self)
         super().connection_lost(exc)
 
 

@@ -305,6 +305,18 @@ class TLSAcceptor:
         self._raw.clear()
 
 
+def connection_ended(protocol: Any) -> None:
+    """What an HTTP protocol made by a TLSAcceptor owes when its connection ends, once: the listener's count of
+    open connections (`_peering_listener`) and the gateway's tracking of the peer's connections
+    (`_peering_on_lost`)."""
+    listener, protocol._peering_listener = protocol._peering_listener, None
+    if listener is not None:
+        listener.closed()
+    on_lost, protocol._peering_on_lost = protocol._peering_on_lost, None
+    if on_lost is not None:
+        on_lost(protocol)
+
+
 class _Accept(asyncio.Protocol):
     __slots__ = ("_acceptor",)
 

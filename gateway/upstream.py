@@ -31,10 +31,45 @@ class UpstreamError(Exception):
         self.detail = detail
 
 
-class _Connection(BaseProtocol):
+class PooledIdle:
+    """The idle timer of a pooled upstream connection: one timer per connection, armed when an exchange starts and
+    re-armed only when it fires (reads just stamp `last_read`). Needs `pool` (a TLSPool), `transport`, `timer`,
+    `last_read`; `_exchanging()` says whether an exchange waits for data, `_idle_expired(why)` ends it."""
+
+    __slots__ = ()
+
+    def _arm_idle(self) -> None:
+        if self.timer is None:  # type: ignore[attr-defined]
+            self.timer = self.pool.loop.call_at(  # type: ignore[attr-defined]
+                self.last_read + self.pool.idle_timeout, self._idle_check)  # type: ignore[attr-defined]
+
+    def _idle_check(self) -> None:
+        self.timer = None
+        if not self._exchanging() or self.transport is None:  # type: ignore[attr-defined]
+            return
+        pool = self.pool  # type: ignore[attr-defined]
+        due = self.last_read + pool.idle_timeout  # type: ignore[attr-defined]
+        if pool.loop.time() >= due:
+            self._idle_expired(f"no data from the upstream for {pool.idle_timeout:.0f} s")
+        else:
+            self.timer = pool.loop.call_at(due, self._idle_check)
+
+    def _stop_idle(self) -> None:
+        if self.timer is not None:  # type: ignore[attr-defined]
+            self.timer.cancel()  # type: ignore[attr-defined]
+            self.timer = None
+
+    def _exchanging(self) -> bool:
+        raise NotImplementedError
+
+    def _idle_expired(self, why: str) -> None:
+        raise NotImplementedError
+
+
+class _Connection(PooledIdle, BaseProtocol):
     """One TLS connection, one request at a time. Parsing is llhttp's; framing decides reuse."""
 
-    __slots__ = ("pool", "waiter", "payload", "message", "last_read", "broken", "_idle_handle")
+    __slots__ = ("pool", "waiter", "payload", "message", "last_read", "broken", "timer")
 
     def __init__(self, pool: "UpstreamPool") -> None:
         super().__init__(pool.loop)
@@ -44,7 +79,7 @@ class _Connection(BaseProtocol):
         self.message: RawResponseMessage | None = None
         self.last_read = pool.loop.time()
         self.broken = False
-        self._idle_handle: asyncio.TimerHandle | None = None
+        self.timer: asyncio.TimerHandle | None = None
 
     # --- request ---
     def begin(self, head_only: bool) -> asyncio.Future:
@@ -59,21 +94,13 @@ class _Connection(BaseProtocol):
         self._arm_idle()
         return self.waiter
 
-    def _arm_idle(self) -> None:
-        if self._idle_handle is None:
-            self._idle_handle = self.pool.loop.call_at(self.last_read + self.pool.idle_timeout, self._idle_check)
+    def _exchanging(self) -> bool:
+        return self._parser is not None
 
-    def _idle_check(self) -> None:
-        # One timer per connection, re-armed only when it fires: data_received just stamps the time.
-        self._idle_handle = None
-        if self._parser is None or self.transport is None:
-            return
-        due = self.last_read + self.pool.idle_timeout
-        if self.pool.loop.time() >= due:
-            self._fail(UpstreamError("request", f"no data from the upstream for {self.pool.idle_timeout:.0f} s"))
+    def _idle_expired(self, why: str) -> None:
+        self._fail(UpstreamError("request", why))
+        if self.transport is not None:
             self.transport.abort()
-        else:
-            self._idle_handle = self.pool.loop.call_at(due, self._idle_check)
 
     # --- protocol ---
     def data_received(self, data: bytes) -> None:
@@ -101,9 +128,7 @@ class _Connection(BaseProtocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.broken = True
-        if self._idle_handle is not None:
-            self._idle_handle.cancel()
-            self._idle_handle = None
+        self._stop_idle()
         if self._parser is not None:
             try:
                 messages, _, _ = self._parser.feed_eof() or ((), False, b"")
