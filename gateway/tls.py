@@ -14,6 +14,8 @@ import sys
 import tempfile
 from typing import Any, Callable
 
+from gateway.tlsstream import TLSStream
+
 log = logging.getLogger(__name__)
 
 # Modern suites only; the peering CA issues ECDSA P-256 keys, so only ECDSA suites are offered for TLS 1.2.
@@ -193,32 +195,10 @@ def handshake_failure_reason(exc: BaseException) -> str:
     return "connection_lost"
 
 
-class _Early(asyncio.Protocol):
-    """Keeps what arrives between the handshake's end and the HTTP protocol taking over, to hand it on."""
-
-    __slots__ = ("chunks", "eof", "lost", "exc")
-
-    def __init__(self) -> None:
-        self.chunks: list[bytes] = []
-        self.eof = False
-        self.lost = False
-        self.exc: BaseException | None = None
-
-    def data_received(self, data: bytes) -> None:
-        self.chunks.append(data)
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        return True
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self.lost = True
-        self.exc = exc
-
-
 class TLSAcceptor:
-    """Protocol factory for `loop.create_server`: does the TLS handshake with whatever context is current when a
-    connection arrives, then hands the TLS transport to an HTTP protocol made by `make_protocol`.
+    """Protocol factory for `loop.create_server`: each connection gets a `_ServerTLS` that does the TLS handshake
+    with whatever context is current when the connection arrives, then becomes the transport of an HTTP protocol
+    made by `make_protocol`.
 
     `admit(transport)` decides after the handshake (client cert fingerprint, per-peer limits): False refuses,
     anything else is handed to `on_connect(protocol, admitted)`; `count_failure(reason)` counts refusals.
@@ -237,12 +217,12 @@ class TLSAcceptor:
         self._timeout = handshake_timeout
         self.max_connections = max_connections
         self.open = 0
-        self._raw: set[asyncio.BaseTransport] = set()
+        self._handshaking: set[_ServerTLS] = set()
 
-    def __call__(self) -> asyncio.Protocol:
-        return _Accept(self)
+    def __call__(self) -> asyncio.BaseProtocol:
+        return _ServerTLS(self)
 
-    def _start(self, transport: asyncio.Transport) -> None:
+    def _start(self, stream: "_ServerTLS", transport: asyncio.Transport) -> None:
         ctx = self._context()
         if ctx is None:
             self._count_failure("certificates_not_loaded")
@@ -253,56 +233,54 @@ class TLSAcceptor:
             transport.abort()
             return
         self.open += 1
-        self._raw.add(transport)
+        self._handshaking.add(stream)
         # No TCP_NODELAY to set: uvloop and asyncio both set it on every TCP transport.
-        # What loop.start_tls does, but synchronously inside connection_made: uvloop starts reading right after
-        # connection_made returns (pause_reading there is ignored), so a ClientHello arriving before a start_tls
-        # task ran would be lost. No task per handshake either: the waiter's callback finishes the job.
-        loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
-        early = _Early()
-        tls_protocol = _ssl_protocol_class(loop)(
-            loop=loop, app_protocol=early, sslcontext=ctx, waiter=waiter, server_side=True, server_hostname=None,
-            call_connection_made=False, ssl_handshake_timeout=self._timeout)
-        transport.set_protocol(tls_protocol)
-        tls_protocol.connection_made(transport)
-        waiter.add_done_callback(lambda w: self._handshake_done(w, transport, tls_protocol, early))
+        stream._begin(transport, ctx, server_side=True, server_hostname=None, timeout=self._timeout)
 
-    def _handshake_done(self, waiter: asyncio.Future, transport: asyncio.Transport, tls_protocol: Any,
-                        early: _Early) -> None:
-        self._raw.discard(transport)
-        exc = None if not waiter.cancelled() and waiter.exception() is None else (
-            waiter.exception() if not waiter.cancelled() else asyncio.CancelledError())
-        if exc is not None:
-            self._count_failure(handshake_failure_reason(exc))
-            self.open -= 1
-            transport.abort()
-            return
-        tls = tls_protocol._get_app_transport()
-        admitted = self._admit(tls) if not early.lost else False
+    def _handshake_done(self, stream: "_ServerTLS") -> None:
+        self._handshaking.discard(stream)
+        admitted = self._admit(stream)
         if admitted is False:
             self.open -= 1
-            tls.abort()
+            stream.abort()
             return
         proto = self._make_protocol()
         proto._peering_listener = self
-        tls.set_protocol(proto)
-        proto.connection_made(tls)
+        stream.set_protocol(proto)
+        proto.connection_made(stream)
         if self._on_connect is not None:
             self._on_connect(proto, admitted)
-        if early.chunks:
-            proto.data_received(b"".join(early.chunks))
-        if early.eof:
-            proto.eof_received()
+
+    def _handshake_failed(self, stream: "_ServerTLS", exc: BaseException) -> None:
+        self._handshaking.discard(stream)
+        self._count_failure(handshake_failure_reason(exc))
+        self.open -= 1
 
     def closed(self) -> None:
         """Called by the HTTP protocol when its TLS connection ends."""
         self.open -= 1
 
     async def close(self) -> None:
-        for transport in list(self._raw):
-            transport.abort()
-        self._raw.clear()
+        for stream in list(self._handshaking):
+            stream.abort()
+        self._handshaking.clear()
+
+
+class _ServerTLS(TLSStream):
+    __slots__ = ("_acceptor",)
+
+    def __init__(self, acceptor: TLSAcceptor) -> None:
+        super().__init__()
+        self._acceptor = acceptor
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._acceptor._start(self, transport)  # type: ignore[arg-type]
+
+    def _handshake_done(self) -> None:
+        self._acceptor._handshake_done(self)
+
+    def _handshake_failed(self, exc: BaseException) -> None:
+        self._acceptor._handshake_failed(self, exc)
 
 
 def connection_ended(protocol: Any) -> None:
@@ -315,42 +293,6 @@ def connection_ended(protocol: Any) -> None:
     on_lost, protocol._peering_on_lost = protocol._peering_on_lost, None
     if on_lost is not None:
         on_lost(protocol)
-
-
-class _Accept(asyncio.Protocol):
-    __slots__ = ("_acceptor",)
-
-    def __init__(self, acceptor: TLSAcceptor) -> None:
-        self._acceptor = acceptor
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._acceptor._start(transport)  # type: ignore[arg-type]
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        pass
-
-
-_SSL_PROTOCOLS: dict[type, type] = {}
-
-
-def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> type:
-    """The SSL protocol of the running loop's kind, looked up once per loop class (this is per handshake)."""
-    cls = _SSL_PROTOCOLS.get(type(loop))
-    if cls is None:
-        cls = _SSL_PROTOCOLS[type(loop)] = _find_ssl_protocol_class(loop)
-    return cls
-
-
-def _find_ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> type:
-    try:
-        import uvloop
-        if isinstance(loop, uvloop.Loop):
-            from uvloop.loop import SSLProtocol
-            return SSLProtocol
-    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio still works without it
-        pass
-    from asyncio.sslproto import SSLProtocol as AsyncioSSLProtocol
-    return AsyncioSSLProtocol
 
 
 class LeanSSLObject(ssl.SSLObject):

@@ -17,6 +17,7 @@ from aiohttp.client_exceptions import ClientPayloadError
 from aiohttp.http_parser import HttpResponseParser, RawResponseMessage
 from aiohttp.streams import StreamReader
 
+from gateway import tlsstream
 from gateway.resolve import OverrideResolver, split_authority
 
 _READ_LIMIT = 2 ** 16
@@ -203,10 +204,9 @@ class TLSPool(Generic[_P]):
             raise UpstreamError("connect", "the gateway is stopping")
         try:
             target = (await self.resolver.resolve(self.host, self.port))[0]
-            _, conn = await asyncio.wait_for(self.loop.create_connection(
-                factory, target["host"], target["port"], ssl=self.ssl, server_hostname=self.host,
-                ssl_handshake_timeout=self.connect_timeout), self.connect_timeout)
-        except (OSError, asyncio.TimeoutError, IndexError, ssl.SSLError) as exc:
+            conn = await tlsstream.connect(factory, target["host"], target["port"], self.ssl,
+                                           server_hostname=self.host, timeout=self.connect_timeout)
+        except (OSError, TimeoutError, IndexError, ssl.SSLError, ValueError) as exc:
             raise UpstreamError("connect", type(exc).__name__) from None
         self.all.add(conn)
         return conn

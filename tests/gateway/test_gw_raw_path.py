@@ -391,7 +391,8 @@ async def test_idle_keep_alive_connection_is_closed_after_the_idle_timeout(scrip
 
 
 async def test_held_connections_keep_no_decoded_peer_certificate(scripted_gateway, pki, issuer_key):
-    gw, _ = await scripted_gateway([ok(b"{}")])
+    # A second answer in the script keeps the upstream connection open (the script closes it when done).
+    gw, _ = await scripted_gateway([ok(b"{}"), ok(b"{}")])
     reader, writer = await connect(gw, pki)
     try:
         writer.write(get("/api/v1/pods", make_token(issuer_key)))

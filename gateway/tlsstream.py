@@ -1,0 +1,349 @@
+"""TLS over memory BIOs: one object that is the TCP connection's protocol and the HTTP protocol's transport.
+
+The event loops' own TLS layers (uvloop's and asyncio's SSLProtocol) give every connection a 256 KiB read buffer
+of its own, whose first pages stay in memory once a handshake or a watch event has passed through them, plus a
+transport object, a write backlog and a handshake future each. Over thousands of mostly idle connections that is a
+quarter of what a connection costs. Here all connections read ciphertext into one shared buffer, hand it to
+OpenSSL's memory BIO at once, and decrypt straight into the HTTP protocol's buffer (or one shared plaintext
+buffer); what OpenSSL writes goes to the TCP transport as soon as it is made. Nothing is kept per connection but
+the SSLObject, its two BIOs and this object's slots.
+
+Semantics follow the loops' SSL transports where the HTTP protocols rely on them: the HTTP protocol is made only
+after the handshake; `close()` sends close_notify and closes once the write buffer is flushed; the peer's EOF or
+close_notify reaches the protocol as `eof_received()` and then closes the connection (TLS has no half-close
+here); write flow control is the TCP transport's, passed through as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Any, Callable
+
+_BUFFER_SIZE = 64 * 1024
+# Single-threaded event loop: each buffer is filled and emptied within one callback.
+_CIPHER = memoryview(bytearray(_BUFFER_SIZE))  # what the TCP transports read
+_PLAIN = bytearray(_BUFFER_SIZE)  # what is decrypted for protocols that are not buffered
+_PLAIN_VIEW = memoryview(_PLAIN)
+
+_HANDSHAKE, _OPEN, _DONE = 0, 1, 2
+
+
+class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
+    """The TLS layer of one connection. Subclasses say what a finished or failed handshake leads to
+    (`_handshake_done`, `_handshake_failed`); `_begin` starts the handshake once the TCP connection exists."""
+
+    __slots__ = ("_tcp", "_ssl", "_in", "_out", "_app", "_buffered", "_state", "_closing", "_paused",
+                 "_eof_pending", "_timer")
+
+    def __init__(self) -> None:
+        self._extra: dict = {}
+        self._tcp: Any = None
+        self._ssl: ssl.SSLObject | None = None
+        self._in: ssl.MemoryBIO | None = None
+        self._out: ssl.MemoryBIO | None = None
+        self._app: Any = None
+        self._buffered = False
+        self._state = _HANDSHAKE
+        self._closing = False
+        self._paused = False
+        self._eof_pending = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    # ----- what subclasses provide --------------------------------------------------------------------------
+    def _handshake_done(self) -> None:
+        """The handshake finished: set the application protocol (`set_protocol` and its `connection_made`), or
+        abort."""
+        raise NotImplementedError
+
+    def _handshake_failed(self, exc: BaseException) -> None:
+        """The handshake failed or the connection ended before it finished; called once."""
+        raise NotImplementedError
+
+    # ----- handshake ------------------------------------------------------------------------------------------
+    def _begin(self, tcp: asyncio.Transport, context: ssl.SSLContext, *, server_side: bool,
+               server_hostname: str | None, timeout: float) -> None:
+        if self._state != _HANDSHAKE:
+            return  # the connection ended before the handshake could start
+        self._tcp = tcp
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        try:
+            self._ssl = context.wrap_bio(self._in, self._out, server_side=server_side,
+                                         server_hostname=server_hostname)
+        except (ssl.SSLError, ValueError) as exc:
+            self._fail(exc, abort=True)
+            return
+        self._timer = asyncio.get_running_loop().call_later(timeout, self._timed_out, timeout)
+        if not server_side:
+            self._handshake_step()  # the ClientHello
+
+    def _handshake_step(self) -> bool:
+        """One step of the handshake with what has arrived; True once the connection carries application data."""
+        assert self._ssl is not None
+        try:
+            self._ssl.do_handshake()
+        except ssl.SSLWantReadError:
+            self._flush()
+            return False
+        except (ssl.SSLError, ValueError) as exc:
+            self._flush()  # the alert tells the peer why
+            self._fail(exc, abort=False)
+            return False
+        self._flush()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._state = _OPEN
+        self._handshake_done()
+        return self._app is not None and not self._closing
+
+    def _timed_out(self, timeout: float) -> None:
+        self._timer = None
+        if self._state == _HANDSHAKE:
+            self._fail(TimeoutError(f"the TLS handshake took longer than {timeout:g} s"), abort=True)
+
+    def _fail(self, exc: BaseException, *, abort: bool) -> None:
+        if self._state != _HANDSHAKE:
+            return
+        self._state = _DONE
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._tcp is not None:
+            if abort:
+                self._tcp.abort()
+            else:
+                self._tcp.close()
+        self._handshake_failed(exc)
+
+    # ----- the TCP connection's protocol -------------------------------------------------------------------
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _CIPHER
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._ssl is None or self._state == _DONE:
+            return
+        self._in.write(_CIPHER[:nbytes])  # type: ignore[union-attr]
+        if self._state == _HANDSHAKE and not self._handshake_step():
+            return
+        if not self._paused and self._app is not None:
+            self._read()
+
+    def _read(self) -> None:
+        """Decrypt what has arrived into the application protocol, as long as it reads."""
+        ssl_object, incoming = self._ssl, self._in
+        try:
+            while not (self._paused or self._closing):  # both set once the connection is lost
+                app = self._app
+                # A read of 0 bytes is the peer's close_notify (ssl raises SSLZeroReturnError only for sockets).
+                if self._buffered:
+                    buffer = app.get_buffer(-1)
+                    n = ssl_object.read(len(buffer), buffer)  # type: ignore[union-attr]
+                    if not n:
+                        self._peer_finished()
+                        return
+                    app.buffer_updated(n)
+                else:
+                    n = ssl_object.read(_BUFFER_SIZE, _PLAIN_VIEW)  # type: ignore[union-attr]
+                    if not n:
+                        self._peer_finished()
+                        return
+                    app.data_received(_PLAIN[:n])
+                if not incoming.pending and not ssl_object.pending():  # type: ignore[union-attr]
+                    break
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLZeroReturnError:  # close_notify: the peer has finished
+            self._peer_finished()
+            return
+        except ssl.SSLError:  # a record that does not decrypt or a fatal alert: nothing more can be read
+            self.abort()
+            return
+        if self._out is not None and self._out.pending:
+            self._flush()  # what reading made OpenSSL answer (a key update)
+
+    def _flush(self) -> None:
+        out = self._out
+        if out is not None and out.pending and self._tcp is not None:
+            self._tcp.write(out.read())
+
+    def eof_received(self) -> bool:
+        if self._state == _HANDSHAKE:
+            self._fail(ConnectionResetError("the connection was closed during the TLS handshake"), abort=False)
+            return False
+        if self._paused:
+            self._eof_pending = True  # what was read ahead goes first, when the protocol reads again
+            return True
+        self._peer_finished()
+        return True
+
+    def _peer_finished(self) -> None:
+        if self._state != _OPEN:
+            return
+        if self._app is not None:
+            self._app.eof_received()  # TLS has no half-close here: whatever it answers, the connection closes
+        self.close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._tcp = None
+        if self._state == _HANDSHAKE:
+            self._fail(exc or ConnectionResetError("the connection was closed during the TLS handshake"),
+                       abort=False)
+        elif self._state == _OPEN:
+            self._state = _DONE
+            app, self._app = self._app, None
+            if app is not None:
+                app.connection_lost(exc)
+        self._closing = True
+        self._ssl = self._in = self._out = None
+
+    def pause_writing(self) -> None:
+        if self._app is not None:
+            self._app.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._app is not None:
+            self._app.resume_writing()
+
+    # ----- the application protocol's transport ------------------------------------------------------------
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "ssl_object":
+            return self._ssl
+        if name == "sslcontext":
+            return self._ssl.context if self._ssl is not None else default
+        if name == "peercert":
+            return self._ssl.getpeercert() if self._ssl is not None else default
+        if name == "cipher":
+            return self._ssl.cipher() if self._ssl is not None else default
+        if name == "compression":
+            return None
+        return self._tcp.get_extra_info(name, default) if self._tcp is not None else default
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._app = protocol
+        self._buffered = isinstance(protocol, asyncio.BufferedProtocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._app
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closing or self._ssl is None or not data:
+            return
+        try:
+            self._ssl.write(data)
+        except ssl.SSLError:
+            self.abort()
+            return
+        self._flush()
+
+    def writelines(self, list_of_data: Any) -> None:
+        self.write(b"".join(list_of_data))
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def write_eof(self) -> None:
+        raise NotImplementedError("TLS connections cannot be half-closed")
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        if self._ssl is not None and self._state == _OPEN:
+            try:
+                self._ssl.unwrap()  # puts close_notify in the outgoing BIO; the peer's is not waited for
+            except (ssl.SSLError, ValueError):
+                pass
+            self._flush()
+        if self._tcp is not None:
+            self._tcp.close()  # after what is buffered has been written
+
+    def abort(self) -> None:
+        self._closing = True
+        if self._tcp is not None:
+            self._tcp.abort()
+
+    def is_reading(self) -> bool:
+        return not self._paused and not self._closing
+
+    def pause_reading(self) -> None:
+        if self._paused or self._closing:
+            return
+        self._paused = True
+        if self._tcp is not None:
+            self._tcp.pause_reading()
+
+    def resume_reading(self) -> None:
+        if not self._paused:
+            return
+        self._paused = False
+        if self._tcp is None or self._closing:
+            return
+        self._tcp.resume_reading()
+        # What was decrypted ahead, or is still in the BIO, is delivered from the loop, not inside the caller.
+        asyncio.get_running_loop().call_soon(self._read_ahead)
+
+    def _read_ahead(self) -> None:
+        if self._paused or self._state != _OPEN:
+            return
+        self._read()
+        if self._eof_pending and not self._paused and self._state == _OPEN:
+            self._eof_pending = False
+            self._peer_finished()
+
+    def get_write_buffer_size(self) -> int:
+        return self._tcp.get_write_buffer_size() if self._tcp is not None else 0
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._tcp.get_write_buffer_limits() if self._tcp is not None else (0, 0)
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        if self._tcp is not None:
+            self._tcp.set_write_buffer_limits(high, low)
+
+
+class ClientTLS(TLSStream):
+    """The client side: `connect` opens a TCP connection, does the handshake and returns the protocol that
+    `factory` made, with this object as its transport."""
+
+    __slots__ = ("_factory", "_waiter")
+
+    def __init__(self, factory: Callable[[], asyncio.BaseProtocol], waiter: asyncio.Future) -> None:
+        super().__init__()
+        self._factory = factory
+        self._waiter = waiter
+
+    def _handshake_done(self) -> None:
+        if self._waiter.done():  # the caller is gone
+            self.abort()
+            return
+        app = self._factory()
+        self.set_protocol(app)
+        app.connection_made(self)
+        self._waiter.set_result(app)
+
+    def _handshake_failed(self, exc: BaseException) -> None:
+        if not self._waiter.done():
+            self._waiter.set_exception(exc)
+
+
+async def connect(factory: Callable[[], Any], host: str, port: int, context: ssl.SSLContext, *,
+                  server_hostname: str, timeout: float) -> Any:
+    """A TLS connection to `host:port` whose protocol `factory` makes once the handshake is done (then it is that
+    protocol's transport). OSError, ssl.SSLError or TimeoutError when it cannot be made within `timeout`."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+    stream = ClientTLS(factory, waiter)
+    async with asyncio.timeout(timeout):
+        try:
+            tcp, _ = await loop.create_connection(lambda: stream, host, port)
+            stream._begin(tcp, context, server_side=False, server_hostname=server_hostname, timeout=timeout)
+            return await waiter
+        except BaseException:
+            stream.abort()
+            raise
