@@ -217,6 +217,7 @@ class TLSAcceptor:
         self._timeout = handshake_timeout
         self.max_connections = max_connections
         self.open = 0
+        # Connections without an HTTP protocol: in their handshake, or lingering after a failed one.
         self._handshaking: set[_ServerTLS] = set()
 
     def __call__(self) -> asyncio.BaseProtocol:
@@ -252,7 +253,7 @@ class TLSAcceptor:
             self._on_connect(proto, admitted)
 
     def _handshake_failed(self, stream: "_ServerTLS", exc: BaseException) -> None:
-        self._handshaking.discard(stream)
+        # Still tracked while it lingers (TLSStream._linger), so that close() ends it too.
         self._count_failure(handshake_failure_reason(exc))
         self.open -= 1
 
@@ -281,6 +282,9 @@ class _ServerTLS(TLSStream):
 
     def _handshake_failed(self, exc: BaseException) -> None:
         self._acceptor._handshake_failed(self, exc)
+
+    def _ended(self) -> None:
+        self._acceptor._handshaking.discard(self)
 
 
 def connection_ended(protocol: Any) -> None:

@@ -27,6 +27,9 @@ _PLAIN = bytearray(_BUFFER_SIZE)  # what is decrypted for protocols that are not
 _PLAIN_VIEW = memoryview(_PLAIN)
 
 _HANDSHAKE, _OPEN, _DONE = 0, 1, 2
+# How long a closed connection waits for the peer to close its side (see TLSStream._linger); the event loops'
+# own TLS transports give a TLS shutdown as long.
+_LINGER = 30.0
 
 
 class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
@@ -34,7 +37,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
     (`_handshake_done`, `_handshake_failed`); `_begin` starts the handshake once the TCP connection exists."""
 
     __slots__ = ("_tcp", "_ssl", "_in", "_out", "_app", "_buffered", "_state", "_closing", "_paused",
-                 "_eof_pending", "_timer")
+                 "_eof_pending", "_peer_done", "_timer")
 
     def __init__(self) -> None:
         self._extra: dict = {}
@@ -48,6 +51,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         self._closing = False
         self._paused = False
         self._eof_pending = False
+        self._peer_done = False
         self._timer: asyncio.TimerHandle | None = None
 
     # ----- what subclasses provide --------------------------------------------------------------------------
@@ -59,6 +63,9 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
     def _handshake_failed(self, exc: BaseException) -> None:
         """The handshake failed or the connection ended before it finished; called once."""
         raise NotImplementedError
+
+    def _ended(self) -> None:
+        """The TCP connection is gone (called last, once)."""
 
     # ----- handshake ------------------------------------------------------------------------------------------
     def _begin(self, tcp: asyncio.Transport, context: ssl.SSLContext, *, server_side: bool,
@@ -111,11 +118,11 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._tcp is not None:
-            if abort:
+        if abort:
+            if self._tcp is not None:
                 self._tcp.abort()
-            else:
-                self._tcp.close()
+        else:
+            self._linger(fin=True)  # the alert reaches the peer; a client that is not TLS sees the end
         self._handshake_failed(exc)
 
     # ----- the TCP connection's protocol -------------------------------------------------------------------
@@ -123,7 +130,10 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         return _CIPHER
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._ssl is None or self._state == _DONE:
+        if self._state == _DONE:
+            return  # a failed handshake lingers: what the peer still sends is dropped
+        if self._closing:
+            self._after_close(nbytes)
             return
         self._in.write(_CIPHER[:nbytes])  # type: ignore[union-attr]
         if self._state == _HANDSHAKE and not self._handshake_step():
@@ -164,12 +174,31 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         if self._out is not None and self._out.pending:
             self._flush()  # what reading made OpenSSL answer (a key update)
 
+    def _after_close(self, nbytes: int) -> None:
+        """Lingering after close(): application data is dropped; the peer's close_notify ends the connection."""
+        ssl_object = self._ssl
+        if ssl_object is None or self._tcp is None:
+            return
+        self._in.write(_CIPHER[:nbytes])  # type: ignore[union-attr]
+        try:
+            while ssl_object.read(_BUFFER_SIZE, _PLAIN_VIEW):
+                pass
+        except ssl.SSLWantReadError:
+            return
+        except ssl.SSLError:
+            pass
+        self._peer_done = True
+        self._tcp.close()
+
     def _flush(self) -> None:
         out = self._out
         if out is not None and out.pending and self._tcp is not None:
             self._tcp.write(out.read())
 
     def eof_received(self) -> bool:
+        self._peer_done = True
+        if self._closing:
+            return False  # the peer has closed its side too: the TCP connection ends
         if self._state == _HANDSHAKE:
             self._fail(ConnectionResetError("the connection was closed during the TLS handshake"), abort=False)
             return False
@@ -180,6 +209,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         return True
 
     def _peer_finished(self) -> None:
+        self._peer_done = True
         if self._state != _OPEN:
             return
         if self._app is not None:
@@ -188,6 +218,9 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._tcp = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._state == _HANDSHAKE:
             self._fail(exc or ConnectionResetError("the connection was closed during the TLS handshake"),
                        abort=False)
@@ -198,6 +231,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
                 app.connection_lost(exc)
         self._closing = True
         self._ssl = self._in = self._out = None
+        self._ended()
 
     def pause_writing(self) -> None:
         if self._app is not None:
@@ -260,8 +294,29 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
             except (ssl.SSLError, ValueError):
                 pass
             self._flush()
-        if self._tcp is not None:
-            self._tcp.close()  # after what is buffered has been written
+        self._linger()
+
+    def _linger(self, fin: bool = False) -> None:
+        """End the connection without losing what was written: once the close_notify (or a handshake's alert) is
+        sent, read and drop what the peer still sends until it closes the TCP connection, as TLS clients do on a
+        close_notify, or _LINGER seconds have passed. Closing at once would let the kernel answer the peer's next
+        bytes (often its own close_notify) with a reset, which discards whatever the peer had received but not
+        read yet. After application data no FIN goes with the close_notify: some clients (uvloop's) drop the
+        last records they have not read when the FIN arrives; `fin` is for a failed handshake."""
+        tcp = self._tcp
+        if tcp is None:
+            return
+        if self._peer_done:
+            tcp.close()  # after what is buffered has been written
+            return
+        if fin and tcp.can_write_eof():
+            tcp.write_eof()
+        if self._paused:
+            self._paused = False
+            tcp.resume_reading()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(_LINGER, tcp.abort)
 
     def abort(self) -> None:
         self._closing = True
