@@ -42,24 +42,6 @@ _RESPONSE_DROP = HOP_BY_HOP
 _MAX_CHUNK_LINE = 4096
 _MAX_RESPONSE_HEAD = 64 * 1024
 
-# Both ends of the raw path read TLS records into this one buffer: the TLS layer decrypts straight into it and
-# the protocol copies out what arrived at once. Without it, uvloop allocates a 256 KiB bytes object for every
-# read and shrinks it to what was read: a large malloc per read, and heap pages that stay touched.
-_READ_BUFFER = memoryview(bytearray(64 * 1024))
-
-
-class _SharedBufferReads:
-    """Mixin for the raw path's protocols: buffered reads through `_READ_BUFFER`, delivered to data_received."""
-
-    __slots__ = ()
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return _READ_BUFFER
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(bytes(_READ_BUFFER[:nbytes]))  # type: ignore[attr-defined]
-
-
 # Framing states of an upstream answer.
 _HEAD, _LENGTH, _CHUNK_LINE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
 
@@ -168,7 +150,7 @@ class RelayPool(TLSPool["Relay"]):
         return await self.open(lambda: Relay(self))
 
 
-class Relay(PooledIdle, _SharedBufferReads, asyncio.BufferedProtocol):
+class Relay(PooledIdle, asyncio.Protocol):
     """One upstream TLS connection. During an exchange its bytes go to the owning EntranceProtocol's transport;
     the response head is rewritten once, the body is relayed as it comes, framing decides the end."""
 
@@ -357,7 +339,7 @@ class Relay(PooledIdle, _SharedBufferReads, asyncio.BufferedProtocol):
                 self._fail("the upstream closed the connection")
 
 
-class EntranceProtocol(_SharedBufferReads, asyncio.BufferedProtocol):
+class EntranceProtocol(asyncio.Protocol):
     """One mTLS client connection of the entrance, served on raw bytes until a request needs the aiohttp path."""
 
     __slots__ = ("gw", "fallback", "transport", "peering_fp", "_peering_listener", "_peering_on_lost", "buf",

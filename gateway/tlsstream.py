@@ -23,8 +23,7 @@ from typing import Any, Callable
 _BUFFER_SIZE = 64 * 1024
 # Single-threaded event loop: each buffer is filled and emptied within one callback.
 _CIPHER = memoryview(bytearray(_BUFFER_SIZE))  # what the TCP transports read
-_PLAIN = bytearray(_BUFFER_SIZE)  # what is decrypted for protocols that are not buffered
-_PLAIN_VIEW = memoryview(_PLAIN)
+_PLAIN_VIEW = memoryview(bytearray(_BUFFER_SIZE))  # what is decrypted for protocols that are not buffered
 
 _HANDSHAKE, _OPEN, _DONE = 0, 1, 2
 # How long a closed connection waits for the peer to close its side (see TLSStream._linger); the event loops'
@@ -160,7 +159,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
                     if not n:
                         self._peer_finished()
                         return
-                    app.data_received(_PLAIN[:n])
+                    app.data_received(bytes(_PLAIN_VIEW[:n]))
                 if not incoming.pending and not ssl_object.pending():  # type: ignore[union-attr]
                     break
         except ssl.SSLWantReadError:
