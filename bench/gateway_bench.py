@@ -659,8 +659,11 @@ def hold(args: argparse.Namespace) -> None:
 
 async def _hold(args: argparse.Namespace) -> None:
     d = pathlib.Path(args.dir)
-    ctx = ssl.create_default_context(cafile=str(d / "ca.crt"))
-    ctx.load_cert_chain(d / "client.crt", d / "client.key")
+    # Each connection is made as a peer's egress makes it (gateway.tls.client_context): the client certificate
+    # alone, as the driving nginx sends it too. A context that also sends the CA certificate along makes the
+    # target decode and keep that certificate for the connection's life (5.5 KiB more with OpenSSL 3.0).
+    from gateway.tls import client_context
+    ctx = client_context((d / "ca.crt").read_bytes(), (d / "client.crt").read_bytes(), (d / "client.key").read_bytes())
     token = make_token_from_dir(d)
     events = 0
     writers = []
