@@ -227,13 +227,16 @@ class TLSAcceptor:
         ctx = self._context()
         if ctx is None:
             self._count_failure("certificates_not_loaded")
-            transport.abort()
+            stream._refuse(transport)
             return
         if self.open >= self.max_connections:
             self._count_failure("too_many_connections")
-            transport.abort()
+            stream._refuse(transport)
             return
+        # Counted until the TCP connection ends: by the stream while it has no HTTP protocol (handshaking, refused,
+        # lingering after a failed handshake), then by the protocol (`closed`).
         self.open += 1
+        stream._counted = True
         self._handshaking.add(stream)
         # No TCP_NODELAY to set: uvloop and asyncio both set it on every TCP transport.
         stream._begin(transport, ctx, server_side=True, server_hostname=None, timeout=self._timeout)
@@ -242,9 +245,9 @@ class TLSAcceptor:
         self._handshaking.discard(stream)
         admitted = self._admit(stream)
         if admitted is False:
-            self.open -= 1
             stream.abort()
             return
+        stream._counted = False  # the protocol's connection_ended counts it off
         proto = self._make_protocol()
         proto._peering_listener = self
         stream.set_protocol(proto)
@@ -253,9 +256,8 @@ class TLSAcceptor:
             self._on_connect(proto, admitted)
 
     def _handshake_failed(self, stream: "_ServerTLS", exc: BaseException) -> None:
-        # Still tracked while it lingers (TLSStream._linger), so that close() ends it too.
+        # Still tracked and counted while it lingers (TLSStream._linger), so that close() ends it too.
         self._count_failure(handshake_failure_reason(exc))
-        self.open -= 1
 
     def closed(self) -> None:
         """Called by the HTTP protocol when its TLS connection ends."""
@@ -268,11 +270,12 @@ class TLSAcceptor:
 
 
 class _ServerTLS(TLSStream):
-    __slots__ = ("_acceptor",)
+    __slots__ = ("_acceptor", "_counted")
 
     def __init__(self, acceptor: TLSAcceptor) -> None:
         super().__init__()
         self._acceptor = acceptor
+        self._counted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._acceptor._start(self, transport)  # type: ignore[arg-type]
@@ -285,6 +288,9 @@ class _ServerTLS(TLSStream):
 
     def _ended(self) -> None:
         self._acceptor._handshaking.discard(self)
+        if self._counted:
+            self._counted = False
+            self._acceptor.open -= 1
 
 
 def connection_ended(protocol: Any) -> None:

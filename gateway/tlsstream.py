@@ -27,8 +27,9 @@ _PLAIN_VIEW = memoryview(bytearray(_BUFFER_SIZE))  # what is decrypted for proto
 
 _HANDSHAKE, _OPEN, _DONE = 0, 1, 2
 # How long a closed connection waits for the peer to close its side (see TLSStream._linger); the event loops'
-# own TLS transports give a TLS shutdown as long.
+# own TLS transports give a TLS shutdown as long. After a failed handshake there is only the alert to deliver.
 _LINGER = 30.0
+_FAILED_LINGER = 5.0
 
 
 class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
@@ -67,6 +68,12 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         """The TCP connection is gone (called last, once)."""
 
     # ----- handshake ------------------------------------------------------------------------------------------
+    def _refuse(self, tcp: asyncio.Transport) -> None:
+        """End the connection before any handshake (nothing to report as a failed one)."""
+        self._state = _DONE
+        self._closing = True
+        tcp.abort()
+
     def _begin(self, tcp: asyncio.Transport, context: ssl.SSLContext, *, server_side: bool,
                server_hostname: str | None, timeout: float) -> None:
         if self._state != _HANDSHAKE:
@@ -121,7 +128,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
             if self._tcp is not None:
                 self._tcp.abort()
         else:
-            self._linger(fin=True)  # the alert reaches the peer; a client that is not TLS sees the end
+            self._linger(_FAILED_LINGER, fin=True)  # the alert reaches the peer; a client that is not TLS sees the end
         self._handshake_failed(exc)
 
     # ----- the TCP connection's protocol -------------------------------------------------------------------
@@ -293,12 +300,12 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
             except (ssl.SSLError, ValueError):
                 pass
             self._flush()
-        self._linger()
+        self._linger(_LINGER)
 
-    def _linger(self, fin: bool = False) -> None:
+    def _linger(self, seconds: float, fin: bool = False) -> None:
         """End the connection without losing what was written: once the close_notify (or a handshake's alert) is
         sent, read and drop what the peer still sends until it closes the TCP connection, as TLS clients do on a
-        close_notify, or _LINGER seconds have passed. Closing at once would let the kernel answer the peer's next
+        close_notify, or `seconds` have passed. Closing at once would let the kernel answer the peer's next
         bytes (often its own close_notify) with a reset, which discards whatever the peer had received but not
         read yet. After application data no FIN goes with the close_notify: some clients (uvloop's) drop the
         last records they have not read when the FIN arrives; `fin` is for a failed handshake."""
@@ -315,7 +322,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
             tcp.resume_reading()
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(_LINGER, tcp.abort)
+        self._timer = asyncio.get_running_loop().call_later(seconds, tcp.abort)
 
     def abort(self) -> None:
         self._closing = True

@@ -44,6 +44,7 @@ class App(asyncio.Protocol):
         self.got = asyncio.Event()
         self.paused_writing = asyncio.Event()
         self.resumed_writing = asyncio.Event()
+        self._peering_listener = self._peering_on_lost = None  # what a gateway protocol owes (tls.connection_ended)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -64,6 +65,7 @@ class App(asyncio.Protocol):
         self.resumed_writing.set()
 
     def connection_lost(self, exc) -> None:
+        tls.connection_ended(self)
         self.events.append("lost")
         if not self.lost.done():
             self.lost.set_result(exc)
@@ -136,6 +138,14 @@ async def wait_for(predicate, what: str) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"gave up waiting for {what}")
+
+
+async def ended(reader: asyncio.StreamReader) -> None:
+    """The other end closed the connection (a FIN or a reset), sending nothing."""
+    try:
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+    except ConnectionResetError:
+        pass
 
 
 async def closed(writer: asyncio.StreamWriter) -> None:
@@ -276,7 +286,32 @@ async def test_handshake_failures_are_counted_by_reason(pki):
         assert await asyncio.wait_for(reader.read(), 5) == b""  # the gateway gave up after 0.5 s
         await closed(silent)
         await wait_for(lambda: "timeout" in server.failures, "the handshake timeout")
-        assert server.apps == [] and server.acceptor.open == 0
+        # Each failed connection counted against the limits until it ended, and once as a failure.
+        await wait_for(lambda: server.acceptor.open == 0, "every failed connection to end")
+        assert server.apps == [] and len(server.failures) == 4
+
+
+async def test_connections_refused_before_a_handshake_count_once(pki):
+    certificates: list[ssl.SSLContext | None] = [None]
+    async with Server(pki) as server:
+        server.acceptor._context = lambda: certificates[0]
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        await ended(reader)
+        await closed(writer)
+        await wait_for(lambda: server.failures, "the refusal")
+        certificates[0] = server_ctx(pki)
+        server.acceptor.max_connections = 1
+        held_reader, held = await open_client(pki, server.port)
+        await server.app()
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        await ended(reader)
+        await closed(writer)
+        await wait_for(lambda: len(server.failures) == 2, "the second refusal")
+        assert server.failures == ["certificates_not_loaded", "too_many_connections"]
+        assert server.acceptor.open == 1
+        await closed(held)
+        await wait_for(lambda: server.acceptor.open == 0, "the held connection to end")
+        assert server.failures == ["certificates_not_loaded", "too_many_connections"]
 
 
 async def test_client_connects_and_refuses_a_server_of_another_ca(pki):
