@@ -83,17 +83,19 @@ def _drive(server_step: Callable[[], Any], client_step: Callable[[], Any], to_se
     raise AssertionError("the handshake did not finish")
 
 
-def stdlib_contexts(certs: Certs) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+def stdlib_contexts(certs: Certs, client_sends_ca: bool = False) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """The entrance's server context and a peer's egress client context; with `client_sends_ca`, the client
+    sends the CA certificate after its leaf, as a default client context loaded with the leaf alone does."""
     server = tls.server_context(certs.server.cert_chain_pems[0].bytes(), certs.server.private_key_pem.bytes(),
                                 certs.ca.cert_pem.bytes())
-    client = tls.client_context(certs.ca.cert_pem.bytes(), certs.client.cert_chain_pems[0].bytes(),
-                                certs.client.private_key_pem.bytes())
+    chain = certs.client.cert_chain_pems[0].bytes() + (certs.ca.cert_pem.bytes() if client_sends_ca else b"")
+    client = tls.client_context(certs.ca.cert_pem.bytes(), chain, certs.client.private_key_pem.bytes())
     return server, client
 
 
-def stdlib_heap_per_connection(certs: Certs, connections: int) -> float | None:
+def stdlib_heap_per_connection(certs: Certs, connections: int, client_sends_ca: bool = False) -> float | None:
     """KiB of heap each server-side connection keeps after its handshake (None when not on glibc)."""
-    server, client = stdlib_contexts(certs)
+    server, client = stdlib_contexts(certs, client_sends_ca)
     gc.collect()
     before = _heap_in_use()
     kept = [_stdlib_pair(server, client)[1] for _ in range(connections)]
@@ -162,7 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     cpu = handshake_cpu(certs, args.handshakes)
     print(json.dumps({
         "stdlib_ssl": {"library": ssl.OPENSSL_VERSION, "server_cpu_us_per_handshake_median": cpu["stdlib"],
-                       "server_heap_kib_per_connection": stdlib_heap_per_connection(certs, args.connections)},
+                       "server_heap_kib_per_connection": stdlib_heap_per_connection(certs, args.connections),
+                       "same_when_the_client_also_sends_its_ca": stdlib_heap_per_connection(
+                           certs, args.connections, client_sends_ca=True)},
         "pyopenssl": {"library": backend.openssl_version_text(),
                       "server_cpu_us_per_handshake_median": cpu["pyopenssl"]}}, indent=2))
 

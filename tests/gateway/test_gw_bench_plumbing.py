@@ -86,3 +86,5 @@ def test_the_tls_micro_benchmark_completes_client_authenticated_handshakes():
     assert cpu["stdlib"] > 0 and cpu["pyopenssl"] > 0
     heap = stdlib_heap_per_connection(certs, connections=20)
     assert heap is None or heap > 1
+    with_ca = stdlib_heap_per_connection(certs, connections=20, client_sends_ca=True)
+    assert with_ca is None or with_ca > heap  # the server keeps the extra certificate it received
