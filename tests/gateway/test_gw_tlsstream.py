@@ -176,6 +176,30 @@ async def test_bytes_cross_intact_both_ways_and_close_sends_close_notify(pki, ap
     assert server.failures == []
 
 
+class RecordingSSLObject(tls.LeanSSLObject):
+    sizes: list[int] = []
+
+    def write(self, data) -> int:
+        RecordingSSLObject.sizes.append(len(data))
+        return super().write(data)
+
+
+async def test_a_large_write_goes_to_openssl_a_record_at_a_time(pki):
+    # OpenSSL's outgoing memory BIO keeps the largest amount ever written to it for the connection's life.
+    ctx = server_ctx(pki)
+    ctx.sslobject_class = RecordingSSLObject
+    RecordingSSLObject.sizes = []
+    payload = bytes(range(256)) * 4096 + b"tail"
+    async with Server(pki, context=ctx) as server:
+        reader, writer = await open_client(pki, server.port)
+        served = await server.app()
+        served.transport.write(payload)
+        served.transport.write(b"small")
+        assert await reader.readexactly(len(payload) + 5) == payload + b"small"
+        await closed(writer)
+    assert max(RecordingSSLObject.sizes) == 16 * 1024 and sum(RecordingSSLObject.sizes) == len(payload) + 5
+
+
 async def test_the_peers_close_notify_is_eof_then_the_end(pki):
     async with Server(pki) as server:
         reader, writer = await open_client(pki, server.port)
