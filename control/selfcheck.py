@@ -75,7 +75,15 @@ async def probe(host: str, port: int, address: tuple[str, int] | None = None, *,
         return Probe("unreachable", None, str(exc) or type(exc).__name__)
     cert_pem = None
     ssl_object = writer.get_extra_info("ssl_object")
-    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    try:
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    except ValueError:
+        # A TLS 1.3 server refuses the missing certificate after our side of the handshake is done; when its
+        # alert has already been read, the TLS object is in error and will not say what was served.
+        writer.transport.abort()
+        writer.close()
+        return Probe("refused", await served_certificate(host, ip, target_port, timeout=timeout),
+                     "handshake refused: the server sent an alert after the handshake")
     if der:
         cert_pem = x509.load_der_x509_certificate(der).public_bytes(Encoding.PEM).decode()
     try:

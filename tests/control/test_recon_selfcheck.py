@@ -12,6 +12,7 @@ import pytest
 
 from control import pki
 from control.selfcheck import SelfCheck, conditions_of, probe, served_certificate
+from gateway import tls
 
 HOST = "peering-gateway.x.lab"
 NOW = datetime.datetime.now(datetime.timezone.utc)
@@ -140,3 +141,42 @@ async def test_selfcheck_probes_once_per_interval_and_again_after_invalidate(ca,
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_a_refusal_that_arrives_before_the_certificate_is_read_is_a_refusal(ca, tmp_path, monkeypatch):
+    # TLS 1.3: the server refuses the missing client certificate after the probe's side of the handshake is done;
+    # when its alert is processed before the probe reads the served certificate, the TLS object is in error.
+    import control.selfcheck as selfcheck
+
+    real_open = asyncio.open_connection
+
+    async def open_then_take_the_alert(*args, **kwargs):
+        reader, writer = await real_open(*args, **kwargs)
+        if kwargs.get("ssl") is None:
+            return reader, writer  # the second, callback-driven handshake runs on a plain connection
+        for _ in range(500):
+            if reader.exception() is not None or reader.at_eof():
+                break
+            await asyncio.sleep(0.01)
+        assert reader.exception() is not None, "the server's alert never arrived"
+        return reader, writer
+
+    monkeypatch.setattr(selfcheck.asyncio, "open_connection", open_then_take_the_alert)
+    served = pki.issue_server_cert(ca, [HOST], now=NOW)
+    # The gateway's own entrance TLS, which sends that alert (the stdlib server only closes).
+    context = tls.server_context(served.cert_pem.encode(), served.key_pem.encode(), ca.cert_pem.encode())
+    acceptor = tls.TLSAcceptor(name="entrance", context=lambda: context, make_protocol=asyncio.Protocol,
+                               admit=lambda transport: True, count_failure=lambda reason: None,
+                               handshake_timeout=5, max_connections=10)
+    server = await asyncio.get_running_loop().create_server(acceptor, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        result = await probe(HOST, 443, ("127.0.0.1", port))
+    finally:
+        server.close()
+        await acceptor.close()
+        await server.wait_closed()
+    assert result.client == "refused" and result.cert_pem is not None
+    assert result.cert_pem.strip() == served.cert_pem.strip()
+    client, server_cond = conditions_of(result, ca.cert_pem, HOST, NOW)
+    assert (client.reason, server_cond.reason) == ("ClientCertRequired", "PeeringRootCert")
