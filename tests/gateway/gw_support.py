@@ -30,6 +30,15 @@ ISSUER = "https://issuer.peer.lab"
 ENTRANCE_HOST = "peering-gateway.x.lab"
 
 
+async def close_stream(writer: asyncio.StreamWriter) -> None:
+    """Close a client's stream; a TLS or connection error on the way out is the other end's business."""
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except (ConnectionError, ssl.SSLError):
+        pass
+
+
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 

@@ -18,7 +18,8 @@ from gateway.entrance import Relay, parse_request_head, response_head
 from gateway.headers import check_request, forwarded_headers, screen_request
 from gateway.status import Refusal
 from gateway.server import Gateway
-from gw_support import ENTRANCE_HOST, Upstream, client_ssl, gateway_config, load_certs, make_token, registry_for
+from gw_support import (ENTRANCE_HOST, Upstream, client_ssl, close_stream, gateway_config, load_certs, make_token,
+                        registry_for)
 
 # ----- pure rules -------------------------------------------------------------------------------------------------
 
@@ -249,12 +250,7 @@ def get(path: str, token: str, extra: bytes = b"") -> bytes:
             + extra + b"\r\n")
 
 
-async def close(writer: asyncio.StreamWriter) -> None:
-    writer.close()
-    try:
-        await writer.wait_closed()
-    except (ConnectionError, ssl.SSLError):
-        pass
+close = close_stream
 
 
 def ok(body: bytes, *extra: bytes) -> list[bytes]:

@@ -10,6 +10,7 @@ import pytest
 import trustme
 
 from gateway import tls, tlsstream
+from gw_support import close_stream
 
 HOST = "peering-gateway.tls.lab"
 
@@ -148,12 +149,7 @@ async def ended(reader: asyncio.StreamReader) -> None:
         pass
 
 
-async def closed(writer: asyncio.StreamWriter) -> None:
-    writer.close()
-    try:
-        await writer.wait_closed()
-    except (ConnectionError, ssl.SSLError):
-        pass
+closed = close_stream
 
 
 @pytest.mark.parametrize("app", [App, BufferedApp], ids=["data_received", "buffered"])
