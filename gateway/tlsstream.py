@@ -9,9 +9,10 @@ buffer); what OpenSSL writes goes to the TCP transport as soon as it is made. No
 the SSLObject, its two BIOs and this object's slots.
 
 Semantics follow the loops' SSL transports where the HTTP protocols rely on them: the HTTP protocol is made only
-after the handshake; `close()` sends close_notify and closes once the write buffer is flushed; the peer's EOF or
-close_notify reaches the protocol as `eof_received()` and then closes the connection (TLS has no half-close
-here); write flow control is the TCP transport's, passed through as it is.
+after the handshake; `close()` sends close_notify, and the TCP connection ends once what was written has gone
+and the peer has closed too (`_linger`); the peer's EOF or close_notify reaches the protocol as `eof_received()`
+and then closes the connection (TLS has no half-close here); write flow control is the TCP transport's, passed
+through as it is.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
             if self._tcp is not None:
                 self._tcp.abort()
         else:
-            self._linger(_FAILED_LINGER, fin=True)  # the alert reaches the peer; a client that is not TLS sees the end
+            # The alert reaches the peer; a client that is not speaking TLS sees the end.
+            self._linger(_FAILED_LINGER, fin=True)
         self._handshake_failed(exc)
 
     # ----- the TCP connection's protocol -------------------------------------------------------------------
@@ -309,7 +311,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         self._closing = True
         if self._ssl is not None and self._state == _OPEN:
             try:
-                self._ssl.unwrap()  # puts close_notify in the outgoing BIO; the peer's is not waited for
+                self._ssl.unwrap()  # our close_notify into the outgoing BIO; the peer's ends the lingering
             except (ssl.SSLError, ValueError):
                 pass
             self._flush()
