@@ -342,7 +342,7 @@ class Relay(PooledIdle, asyncio.Protocol):
 class EntranceProtocol(asyncio.Protocol):
     """One mTLS client connection of the entrance, served on raw bytes until a request needs the aiohttp path."""
 
-    __slots__ = ("gw", "fallback", "transport", "peering_fp", "_peering_listener", "_peering_on_lost", "buf",
+    __slots__ = ("gw", "fallback", "transport", "peering_fp", "_peering_on_lost", "buf",
                  "busy", "relay", "task", "close_after", "last", "timer", "paused", "code", "method", "path",
                  "peer", "caps", "start", "watch", "auth", "auth_hash", "handed", "reading_paused", "head",
                  "retried", "verified", "verified_caps")
@@ -352,7 +352,6 @@ class EntranceProtocol(asyncio.Protocol):
         self.fallback = fallback
         self.transport: Any = None
         self.peering_fp: str | None = None
-        self._peering_listener: Any = None
         self._peering_on_lost: Callable | None = None
         self.buf = b""
         self.busy = False
@@ -468,7 +467,6 @@ class EntranceProtocol(asyncio.Protocol):
             self.timer.cancel()
             self.timer = None
         proto: Any = self.fallback()
-        proto._peering_listener, self._peering_listener = self._peering_listener, None
         self._peering_on_lost = None
         gw._untrack(self)
         transport, self.transport = self.transport, None

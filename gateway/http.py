@@ -44,7 +44,6 @@ class HTTPProtocol(web_protocol.RequestHandler):
     """One HTTP/1.1 connection. `peering_fp` is the client certificate fingerprint on the entrance."""
 
     peering_fp: str | None = None
-    _peering_listener: Any = None
     _peering_on_lost: Callable[["HTTPProtocol"], None] | None = None
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,

@@ -233,8 +233,7 @@ class TLSAcceptor:
             self._count_failure("too_many_connections")
             stream._refuse(transport)
             return
-        # Counted until the TCP connection ends: by the stream while it has no HTTP protocol (handshaking, refused,
-        # lingering after a failed handshake), then by the protocol (`closed`).
+        # Counted until the TCP connection ends, whatever happened on it (`_ServerTLS._ended`).
         self.open += 1
         stream._counted = True
         self._handshaking.add(stream)
@@ -247,9 +246,7 @@ class TLSAcceptor:
         if admitted is False:
             stream.abort()
             return
-        stream._counted = False  # the protocol's connection_ended counts it off
         proto = self._make_protocol()
-        proto._peering_listener = self
         stream.set_protocol(proto)
         proto.connection_made(stream)
         if self._on_connect is not None:
@@ -258,10 +255,6 @@ class TLSAcceptor:
     def _handshake_failed(self, stream: "_ServerTLS", exc: BaseException) -> None:
         # Still tracked and counted while it lingers (TLSStream._linger), so that close() ends it too.
         self._count_failure(handshake_failure_reason(exc))
-
-    def closed(self) -> None:
-        """Called by the HTTP protocol when its TLS connection ends."""
-        self.open -= 1
 
     async def close(self) -> None:
         for stream in list(self._handshaking):
@@ -294,12 +287,8 @@ class _ServerTLS(TLSStream):
 
 
 def connection_ended(protocol: Any) -> None:
-    """What an HTTP protocol made by a TLSAcceptor owes when its connection ends, once: the listener's count of
-    open connections (`_peering_listener`) and the gateway's tracking of the peer's connections
-    (`_peering_on_lost`)."""
-    listener, protocol._peering_listener = protocol._peering_listener, None
-    if listener is not None:
-        listener.closed()
+    """What an HTTP protocol made by a TLSAcceptor owes when its connection ends, once: the gateway's tracking of
+    the peer's connections (`_peering_on_lost`). The listener counts the connection off itself."""
     on_lost, protocol._peering_on_lost = protocol._peering_on_lost, None
     if on_lost is not None:
         on_lost(protocol)

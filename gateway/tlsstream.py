@@ -180,8 +180,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         except ssl.SSLError:  # a record that does not decrypt or a fatal alert: nothing more can be read
             self.abort()
             return
-        if self._out is not None and self._out.pending:
-            self._flush()  # what reading made OpenSSL answer (a key update)
+        self._flush()  # what reading made OpenSSL answer (a key update), if anything
 
     def _after_close(self, nbytes: int) -> None:
         """Lingering after close(): application data is dropped; the peer's close_notify ends the connection."""
