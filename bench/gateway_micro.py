@@ -77,6 +77,7 @@ async def measure(requests: int, rounds: int = 5) -> float:
     pool = SimpleNamespace(loop=gw.loop, idle_timeout=330.0, idle=[], max_idle=64, authority="api.x.lab",
                            all=set())
     pool.take = lambda: pool.idle.pop() if pool.idle else None
+    pool.park = pool.idle.append
     relay = Relay(pool)  # type: ignore[arg-type]
     relay.connection_made(MemoryTransport())
     pool.idle.append(relay)

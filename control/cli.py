@@ -7,6 +7,7 @@ the chart sets them; a flag given on the command line wins.
 from __future__ import annotations
 
 import argparse
+import re
 import asyncio
 import datetime
 import json
@@ -101,6 +102,9 @@ def _seconds(text: str) -> float:
     return value
 
 
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -142,9 +146,9 @@ def parser() -> argparse.ArgumentParser:
                      help="send connections to HOST to IP:PORT (repeatable)")
     run.add_argument("--dex-url", default=_env("dex-url"), help="this cluster's Dex issuer URL")
     run.add_argument("--dex-ca-file", default=_env("dex-ca-file"), help="CA bundle of Dex's serving cert")
-    run.add_argument("--dex-client-secret-name", default=_env("dex-client-secret-name",
-                                                              DexSettings.client_secret_name),
-                     help="Secret in the module namespace with clientID and clientSecret")
+    run.add_argument("--dex-client-name", default=_env("dex-client-name", DexSettings.client_name),
+                     help="the module's DexClient in the module namespace: client ID dex-client-NAME@NAMESPACE, "
+                          "secret in Secret dex-client-NAME, key clientSecret")
     run.add_argument("--workers", type=_positive, default=_positive(_env("workers", "1")),
                      help="gateway worker processes")
     # String defaults (from the environment) go through `type` like flags do, so a bad PEERING_* value gets the
@@ -158,6 +162,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--issuer-refresh-interval", type=_seconds,
                      default=_env("issuer-refresh-interval", str(ControlSettings.issuer_refresh_interval)),
                      help="seconds for which our ServiceAccount issuer and JWKS, published in our offer, are reused")
+    run.add_argument("--optional-api-interval", type=_seconds,
+                     default=_env("optional-api-interval", str(ControlSettings.optional_api_interval)),
+                     help="seconds between checks whether the Project and TokenExchangeProvider APIs are served")
     run.add_argument("--identity", default=_env("identity"), help="Lease holder identity (default hostname-pid)")
     run.add_argument("--log-level", default=_env("log-level", "INFO"), type=_log_level,
                      help="DEBUG, INFO, WARNING or ERROR")
@@ -174,16 +181,20 @@ def settings_from(args: argparse.Namespace) -> Settings:
     resolve = parse_resolve_args(list(args.resolve) + [v for v in (_env("resolve") or "").split(",") if v])
     if args.dex_ca_file and not os.path.isfile(args.dex_ca_file):
         raise ValueError(f"--dex-ca-file {args.dex_ca_file}: no such file")
+    if not DNS_LABEL.fullmatch(args.dex_client_name or ""):
+        raise ValueError(f"--dex-client-name {args.dex_client_name!r} is not a DexClient name: give a DNS label "
+                         "(lower-case letters, digits and '-', at most 63), such as peering")
     lease = LeaseSettings(identity=args.identity) if args.identity else LeaseSettings()
     return Settings(
         public_domain_template=args.public_domain_template,
         kube=KubeSettings(kubeconfig=args.kubeconfig, namespace=args.namespace),
         listen=ListenSettings(bind_host=args.bind_host, entrance_port=args.entrance_port, join_port=args.join_port,
                               egress_port=args.egress_port, ops_port=args.ops_port, ports_file=args.ports_file),
-        dex=DexSettings(url=args.dex_url, ca_file=args.dex_ca_file, client_secret_name=args.dex_client_secret_name),
+        dex=DexSettings(url=args.dex_url, ca_file=args.dex_ca_file, client_name=args.dex_client_name),
         control=ControlSettings(peer_sync_interval=args.peer_sync_interval,
                                 selfcheck_interval=args.selfcheck_interval,
-                                issuer_refresh_interval=args.issuer_refresh_interval),
+                                issuer_refresh_interval=args.issuer_refresh_interval,
+                                optional_api_interval=args.optional_api_interval),
         lease=lease, resolve=resolve, workers=args.workers, log_level=args.log_level)
 
 

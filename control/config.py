@@ -18,7 +18,7 @@ class KubeSettings:
     """Path of a kubeconfig; None means the in-cluster ServiceAccount (or $KUBECONFIG when set)."""
 
     namespace: str = "d8-peering"
-    """The module's namespace: its Secrets, its Lease, the dex-client Secret."""
+    """The module's namespace: its Secrets, its Lease, its DexClient and the Secret user-authn writes for it."""
 
     watch_timeout: int = 300
     """Seconds after which the API server ends a watch; the informer then resumes from the last resourceVersion."""
@@ -53,8 +53,16 @@ class DexSettings:
     ca_file: str | None = None
     """CA bundle that signs Dex's serving certificate; None means the system trust store."""
 
-    client_secret_name: str = "dex-client"
-    """Secret in the module namespace with keys clientID and clientSecret, read through the API."""
+    client_name: str = "peering"
+    """Name of the module's DexClient (deckhouse.io/v1) in the module namespace. user-authn derives the rest:
+    the client ID `dex-client-<name>@<namespace>` and the Secret `dex-client-<name>` with key `clientSecret`."""
+
+    def client_id(self, namespace: str) -> str:
+        return f"dex-client-{self.client_name}@{namespace}"
+
+    @property
+    def secret_name(self) -> str:
+        return f"dex-client-{self.client_name}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +99,10 @@ class ControlSettings:
 
     issuer_refresh_interval: float = 60.0
     """Seconds for which the issuer and JWKS of our ServiceAccount tokens, read for our offer, are reused."""
+
+    optional_api_interval: float = 15.0
+    """Seconds between discovery checks of the APIs of other modules (Project, TokenExchangeProvider): one that
+    appears is used within this time, without a restart."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 from gateway.registry import Registry
 
 from control.kube import CLUSTERPEERS, CONFIGMAPS, PEERINGCAPABILITIES, SECRETS
-from control.watch import Informer, Informers, ObjectPoller
+from control.informers import Informers
+from control.watch import Informer, ObjectPoller
 
 log = logging.getLogger("peering.control.feed")
 

@@ -26,11 +26,12 @@ from gateway.protocol import PEER_OPS, JoinCall, PeerCall, ProtocolError
 from gateway.resolve import OverrideResolver
 
 from control.bootstrap import CertificatesReconciler
-from control.config import Settings
+from control.config import DexSettings, Settings
 from control.feed import CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE, Feed, Sink, cluster_uuid_from
-from control.kube import CONFIGMAPS, SECRETS, KubeSession
+from control.kube import CLUSTERPEERS, CONFIGMAPS, SECRETS, KubeSession
 from control.lease import LeaderElector
-from control.watch import Informers, ObjectPoller
+from control.informers import Informers
+from control.watch import ObjectPoller
 from control.workqueue import Controller, Reconciler
 from control import reconcilers
 
@@ -80,6 +81,8 @@ class Context:
     informers: Informers
     handlers: Handlers
     controller: Controller | None = None
+    exchange_failures: Callable[[], dict[str, tuple[str, str]]] = lambda: {}
+    """The gateway's last failed token exchange per Dex connector (reason, message); see Gateway."""
 
     def enqueue(self, reconciler: str, key: str) -> None:
         """Queue `key` for the named reconciler now (a request handler's nudge); a replica that does not lead has
@@ -114,26 +117,26 @@ RECONCILERS: tuple[Callable[[Context], Reconciler], ...] = (certificates, *recon
 
 
 class DexClient:
-    """The Dex client credentials, kept current from the Secret `<namespace>/<name>` (keys clientID, clientSecret)."""
+    """The module's Dex client as user-authn makes it from the chart's DexClient object: the ID is derived from
+    the DexClient's name and namespace; the secret is kept current from Secret `dex-client-<name>`, key
+    `clientSecret`, and read on every exchange, so that the Secret appearing late or rotating needs no restart."""
 
-    def __init__(self, informers: Informers, namespace: str, name: str) -> None:
-        self.name = name
+    def __init__(self, informers: Informers, namespace: str, settings: DexSettings) -> None:
+        self.name = settings.secret_name
         self.namespace = namespace
-        self.informer = informers.get(SECRETS, namespace=namespace, field_selector=f"metadata.name={name}")
+        self.id = settings.client_id(namespace)
+        self.informer = informers.get(SECRETS, namespace=namespace, field_selector=f"metadata.name={self.name}")
 
-    def _value(self, key: str) -> str:
+    def client_id(self) -> str:
+        return self.id
+
+    def client_secret(self) -> str:
         secret = self.informer.get(self.name, self.namespace) or {}
-        value = (secret.get("data") or {}).get(key)
+        value = (secret.get("data") or {}).get("clientSecret")
         try:
             return base64.b64decode(value).decode() if isinstance(value, str) else ""
         except (ValueError, UnicodeDecodeError):
             return ""
-
-    def client_id(self) -> str:
-        return self._value("clientID")
-
-    def client_secret(self) -> str:
-        return self._value("clientSecret")
 
 
 class Runtime:
@@ -147,12 +150,18 @@ class Runtime:
         self.kube = kube
         self.gateway = gateway
         self.handlers = handlers or Handlers()
-        self.informers = Informers(kube, watch_timeout=settings.kube.watch_timeout)
+        self.informers = Informers(kube, watch_timeout=settings.kube.watch_timeout,
+                                   optional_recheck=settings.control.optional_api_interval)
         self.ctx = Context(settings, kube, self.informers, self.handlers)
         self.feed = Feed(self.informers, gateway, settings.kube.namespace, coalesce=settings.control.feed_coalesce)
         self.controller = Controller(self.informers, [make(self.ctx) for make in reconcilers],
                                      workers=settings.control.reconcile_workers)
         self.ctx.controller = self.controller
+        if isinstance(getattr(gateway, "exchange_failures", None), dict):
+            self.ctx.exchange_failures = lambda: gateway.exchange_failures
+            # A change of how exchanges go is shown on the ClusterPeers at once (the connector is one of theirs).
+            gateway.on_exchange_change = lambda connector: [
+                self.ctx.enqueue("clusterpeer", key) for key in self.informers.get(CLUSTERPEERS).store]
         self.elector = LeaderElector(kube, settings.kube.namespace, settings.lease,
                                      on_started=self.controller.start, on_stopped=self.controller.stop)
         self._started = False
@@ -257,18 +266,18 @@ async def run_process(settings: Settings, stop: asyncio.Event) -> None:
         # The Dex client's ID is read once at start (the gateway's exchange client is built with it); its secret
         # is read from the cache on every exchange, so a rotation needs no restart.
         informers_for_dex = Informers(kube, watch_timeout=settings.kube.watch_timeout)
-        dex = DexClient(informers_for_dex, settings.kube.namespace, settings.dex.client_secret_name)
+        dex = DexClient(informers_for_dex, settings.kube.namespace, settings.dex)
         informers_for_dex.start()
         try:
             await asyncio.wait_for(dex.informer.synced.wait(), timeout=30)
         except asyncio.TimeoutError:
-            raise ValueError(f"cannot read Secret {settings.kube.namespace}/{settings.dex.client_secret_name} "
+            raise ValueError(f"cannot read Secret {settings.kube.namespace}/{dex.name} "
                              f"through the API: {dex.informer.last_error or 'no answer'}; check the kubeconfig "
                              f"and the ServiceAccount's RBAC") from None
-        if not dex.client_id():
-            log.warning("Dex client Secret missing or without clientID: token exchange will fail until it exists "
-                        "and the process restarts",
-                        extra={"object": f"{settings.kube.namespace}/{settings.dex.client_secret_name}"})
+        if not dex.client_secret():
+            log.warning("the Secret of the module's Dex client is missing or has no clientSecret: token exchange "
+                        "fails until user-authn writes it (from the DexClient of the chart); no restart is needed",
+                        extra={"object": f"{settings.kube.namespace}/{dex.name}", "client": dex.id})
         gateway = Gateway(gateway_config(settings, kube, dex), handlers)
         expose_control_metrics(gateway)
         runtime = Runtime(settings, kube, gateway, handlers=handlers)

@@ -39,7 +39,7 @@ import prometheus_client
 
 if TYPE_CHECKING:
     from control.kube import Resource
-    from control.watch import Informers
+    from control.informers import Informers
 
 log = logging.getLogger("peering.control.workqueue")
 

@@ -30,8 +30,12 @@ class Limits:
     handshake_timeout: float = 10.0
     """Seconds a client has to complete the TLS handshake."""
     idle_timeout: float = 330.0
-    """Seconds a connection may stay silent, between requests or inside a stream (a watch). Longer than
-    kube-apiserver's bookmark interval (about a minute) so that a quiet watch is never cut."""
+    """Seconds a client connection may stay silent between requests, and an upstream may take to begin its
+    answer. A stream that has begun (a watch) is never cut for silence: a client waiting on a quiet resource is
+    not idle; TCP keepalive finds a peer or upstream that went away."""
+    upstream_reuse_idle: float = 60.0
+    """Seconds a pooled upstream connection may have been idle and still carry a request: safely below
+    kube-apiserver's 90 s idle timeout, so that no request is sent into the upstream's close."""
     token_skew: float = 30.0
     """Seconds of clock skew tolerated on exp and nbf of a peer's token."""
     upstream_connect_timeout: float = 10.0

@@ -155,7 +155,7 @@ class Relay(PooledIdle, asyncio.Protocol):
     the response head is rewritten once, the body is relayed as it comes, framing decides the end."""
 
     __slots__ = ("pool", "transport", "owner", "state", "remaining", "line", "head", "reuse", "got",
-                 "last_read", "timer", "head_only")
+                 "last_read", "timer", "head_only", "idle_since")
 
     def __init__(self, pool: RelayPool) -> None:
         self.pool = pool
@@ -170,6 +170,7 @@ class Relay(PooledIdle, asyncio.Protocol):
         self.last_read = 0.0
         self.timer: asyncio.TimerHandle | None = None
         self.head_only = False
+        self.idle_since = 0.0
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -186,7 +187,8 @@ class Relay(PooledIdle, asyncio.Protocol):
         self.transport.write(head)
 
     def _exchanging(self) -> bool:
-        return self.owner is not None
+        # Only the wait for the first byte of the answer is timed; a streaming answer (a watch) may be silent.
+        return self.owner is not None and not self.got
 
     def _idle_expired(self, why: str) -> None:
         self._fail(why)
@@ -295,7 +297,7 @@ class Relay(PooledIdle, asyncio.Protocol):
         pool = self.pool
         if self.reuse and len(pool.idle) < pool.max_idle and self.transport is not None \
                 and not self.transport.is_closing():
-            pool.idle.append(self)
+            pool.park(self)
         elif self.transport is not None:
             self.transport.abort()
         if owner is not None:
@@ -565,7 +567,7 @@ class EntranceProtocol(asyncio.Protocol):
             return
         self.task = None
         if self.transport is None:
-            gw._relay_pool.idle.append(relay)
+            gw._relay_pool.park(relay)
             return
         self._send(relay, head_only)
 

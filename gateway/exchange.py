@@ -1,4 +1,13 @@
-"""RFC 8693 token exchange at Dex (DESIGN.md 7, step 3): cached by token hash, one call per token at a time."""
+"""RFC 8693 token exchange at Dex (DESIGN.md 7, step 3): cached by token hash, one call per token at a time.
+
+The request is what upstream Dex (which Deckhouse builds unpatched for token exchange) and Deckhouse's own
+documentation of token exchange want: HTTP Basic client auth, `connector_id`, an id_token in and out, and the
+scopes that make Dex put what kube-apiserver needs into the token: `email` (the username, with `email_verified`),
+`profile` (`name`, from which Deckhouse's AuthenticationConfiguration derives extras: a token without it is
+refused), `groups`, and `audience:server:client_id:kubernetes` (aud `kubernetes`; Dex ignores a form `audience`).
+Dex's answers are mapped to reasons an administrator can act on (`dex_refusal`); docs/user-authn-contract.md has
+the whole contract.
+"""
 
 from __future__ import annotations
 
@@ -16,11 +25,61 @@ GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 ID_TOKEN = "urn:ietf:params:oauth:token-type:id_token"
 
 
+#: Dex's cross-client scope: the issued token's `aud` names that client, if it trusts ours (else 500).
+CROSS_CLIENT_SCOPE = "audience:server:client_id:"
+
+
+def exchange_scope(audience: str) -> str:
+    return f"openid email profile groups {CROSS_CLIENT_SCOPE}{audience}"
+
+
 def exchange_form(connector_id: str, subject_token: str, audience: str) -> dict[str, str]:
-    """The form Deckhouse's Dex expects for exchanging a peer's ServiceAccount token."""
+    """The form Dex expects for exchanging a peer's ServiceAccount token into an id_token for `audience` (the
+    OIDC client kube-apiserver accepts, `kubernetes` in Deckhouse)."""
     return {"grant_type": GRANT, "connector_id": connector_id, "subject_token": subject_token,
-            "subject_token_type": ID_TOKEN, "requested_token_type": ID_TOKEN, "audience": audience,
-            "scope": "openid"}
+            "subject_token_type": ID_TOKEN, "requested_token_type": ID_TOKEN, "scope": exchange_scope(audience)}
+
+
+#: Reasons of a failed exchange, as the consumer's Status and the ClusterPeer's TokenExchangeReady say them.
+EXCHANGE_REFUSED = "TokenExchangeRefused"
+EXCHANGE_MISCONFIGURED = "TokenExchangeMisconfigured"
+EXCHANGE_UNAVAILABLE = "TokenExchangeUnavailable"
+
+
+def dex_refusal(status: int, body: object, *, client_id: str, connector_id: str, audience: str) -> Refusal:
+    """What a non-200 answer of Dex's token endpoint means, as a Refusal with a message naming what to fix.
+
+    Upstream Dex answers 400 invalid_request for a missing or unknown connector, 401 invalid_client for a client
+    it does not know or a wrong secret, 401 access_denied for a subject token that does not verify, and 500
+    server_error when the token cannot be signed, which is what it does when the `audience:server:client_id:`
+    scope names a client that does not list ours in trustedPeers."""
+    error = body.get("error") if isinstance(body, dict) else None
+    error = error if isinstance(error, str) else ""
+    described = body.get("error_description") if isinstance(body, dict) else None
+    detail = f"{status} {error[:64]}".strip() + (f": {str(described)[:200]}" if described else "")
+    if error == "invalid_client":
+        return Refusal(503, EXCHANGE_MISCONFIGURED,
+                       f"Dex does not accept the module's client {client_id} ({detail}); check the DexClient "
+                       f"of the module and the Secret user-authn writes for it (key clientSecret)")
+    if error == "invalid_request" and "connector" in str(described or "").lower():
+        return Refusal(503, EXCHANGE_MISCONFIGURED,
+                       f"Dex has no connector {connector_id} ({detail}): user-authn has not applied the peer's "
+                       "TokenExchangeProvider; see the TokenExchangeReady condition of the ClusterPeer")
+    if status >= 500 and error == "server_error":
+        return Refusal(503, EXCHANGE_MISCONFIGURED,
+                       f"Dex failed the exchange ({detail}); Dex answers so when its client {audience!r} does not "
+                       f"list {client_id} in trustedPeers: give the module's DexClient the annotation "
+                       "dexclient.deckhouse.io/allow-access-to-kubernetes: \"true\"")
+    if status >= 500:
+        return Refusal(503, EXCHANGE_UNAVAILABLE,
+                       f"Dex answered {detail} to the token exchange; it is retried on the next request")
+    if error == "access_denied":
+        return Refusal(401, EXCHANGE_REFUSED,
+                       f"Dex refused the peer's token ({detail}): it does not verify against the issuer and keys "
+                       "the peer published; the peer's next offer may bring new keys")
+    return Refusal(401, EXCHANGE_REFUSED,
+                   f"Dex refused to exchange the token ({detail}); check the TokenExchangeReady condition of the "
+                   "ClusterPeer")
 
 
 def basic_auth(client_id: str, secret: str) -> str:
@@ -119,7 +178,8 @@ class DexClient:
 
     def __init__(self, session: aiohttp.ClientSession, token_endpoint: str, client_id: str,
                  client_secret: Callable[[], str], audience: str, timeout: float,
-                 observe: Callable[[float, str], None] | None = None) -> None:
+                 observe: Callable[[float, str], None] | None = None,
+                 on_outcome: Callable[[str, tuple[str, str] | None], None] | None = None) -> None:
         self._session = session
         self._url = token_endpoint
         self._client_id = client_id
@@ -127,6 +187,7 @@ class DexClient:
         self._audience = audience
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._observe = observe
+        self._on_outcome = on_outcome
 
     async def __call__(self, connector_id: str, token: str) -> tuple[str, float]:
         start = time.perf_counter()
@@ -136,26 +197,32 @@ class DexClient:
                     self._url, data=exchange_form(connector_id, token, self._audience),
                     headers={"Authorization": basic_auth(self._client_id, self._secret())},
                     timeout=self._timeout) as resp:
-                if resp.status >= 500:
-                    raise Refusal(503, "TokenExchangeUnavailable",
-                                  f"Dex answered {resp.status} to the token exchange; it is retried on the next request")
                 try:
                     body = await resp.json(content_type=None)
                 except ValueError:
                     body = None
                 if resp.status != 200 or not isinstance(body, dict) or not isinstance(body.get("access_token"), str):
-                    error = body.get("error") if isinstance(body, dict) else None
-                    outcome = "refused"
-                    raise Refusal(401, "TokenExchangeRefused",
-                                  f"Dex refused to exchange the token ({resp.status} {str(error)[:64]}); check the "
-                                  "TokenExchangeReady condition of the ClusterPeer")
+                    refusal = (dex_refusal(resp.status, body, client_id=self._client_id, connector_id=connector_id,
+                                           audience=self._audience) if resp.status != 200 else
+                               Refusal(503, EXCHANGE_UNAVAILABLE, "Dex answered the token exchange without an "
+                                       "access_token; it is retried on the next request"))
+                    outcome = "refused" if refusal.code < 500 else "error"
+                    self._report(connector_id, refusal)
+                    raise refusal
                 expires_in = body.get("expires_in")
                 outcome = "ok"
+                self._report(connector_id, None)
                 return body["access_token"], float(expires_in) if isinstance(expires_in, (int, float)) else 300.0
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise Refusal(503, "TokenExchangeUnavailable",
-                          f"Dex cannot be reached for the token exchange ({type(exc).__name__}); "
-                          "it is retried on the next request") from None
+            refusal = Refusal(503, EXCHANGE_UNAVAILABLE,
+                              f"Dex cannot be reached for the token exchange ({type(exc).__name__}); "
+                              "it is retried on the next request")
+            self._report(connector_id, refusal)
+            raise refusal from None
         finally:
             if self._observe is not None:
                 self._observe(time.perf_counter() - start, outcome)
+
+    def _report(self, connector_id: str, refusal: Refusal | None) -> None:
+        if self._on_outcome is not None:
+            self._on_outcome(connector_id, None if refusal is None else (refusal.cause, refusal.message))

@@ -14,7 +14,7 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp
 from aiohttp import web
@@ -85,6 +85,11 @@ class Gateway:
         self._exchange: ExchangeCache | None = None
         self._reviews: ExchangeCache | None = None
         self._join_failures: dict[str, list[float]] = {}
+        #: The last failed token exchange per Dex connector, (reason, message), cleared by a success; the control
+        #: loop shows it in the ClusterPeer's TokenExchangeReady. Workers report theirs to the parent.
+        self.exchange_failures: dict[str, tuple[str, str]] = {}
+        #: Called with the connector whenever its entry in `exchange_failures` changes.
+        self.on_exchange_change: Callable[[str], None] | None = None
         self._pool: Any = None
         self._started = False
         limits = config.limits
@@ -101,7 +106,8 @@ class Gateway:
         workers = cfg.workers if cfg.workers > 0 else (os.cpu_count() or 1)
         if workers > 1 and not sockets:
             from gateway.workers import WorkerPool
-            self._pool = WorkerPool(cfg, self.handlers, lambda: self._registry, workers)
+            self._pool = WorkerPool(cfg, self.handlers, lambda: self._registry, workers,
+                                    on_exchange=self.exchange_outcome)
             sockets = {}
             try:
                 await self._pool.start()
@@ -113,14 +119,16 @@ class Gateway:
         self._api_session = self._session(client_context(cfg.api_ca_pem), 16)
         self._api_pool = UpstreamPool(URL(cfg.api_server).raw_authority, client_context(cfg.api_ca_pem),
                                       self._resolver, connect_timeout=limits.upstream_connect_timeout,
-                                      idle_timeout=limits.idle_timeout, max_idle=limits.upstream_pool_size)
+                                      idle_timeout=limits.idle_timeout, max_idle=limits.upstream_pool_size,
+                            reuse_idle=limits.upstream_reuse_idle)
         self._relay_pool = RelayPool(URL(cfg.api_server).raw_authority, client_context(cfg.api_ca_pem),
                                      self._resolver, connect_timeout=limits.upstream_connect_timeout,
-                                     idle_timeout=limits.idle_timeout, max_idle=limits.upstream_pool_size)
+                                     idle_timeout=limits.idle_timeout, max_idle=limits.upstream_pool_size,
+                            reuse_idle=limits.upstream_reuse_idle)
         self._api_prefix = URL(cfg.api_server).raw_path.rstrip("/")
         self._dex_session = self._session(client_context(cfg.dex_ca_pem), 64, skip=("User-Agent",))
         dex = DexClient(self._dex_session, cfg.token_endpoint, cfg.dex_client_id, cfg.dex_client_secret,
-                        cfg.dex_audience, limits.exchange_timeout, self._observe_dex)
+                        cfg.dex_audience, limits.exchange_timeout, self._observe_dex, self.exchange_outcome)
         self._exchange = ExchangeCache(dex, margin=limits.exchange_refresh_margin)
         self._reviews = ExchangeCache(self._token_review, margin=0)
         http_kwargs = dict(max_line_size=limits.max_header_bytes, max_field_size=limits.max_header_bytes,
@@ -460,7 +468,8 @@ class Gateway:
         limits = self.config.limits
         assert self._resolver is not None and peer.entrance
         pool = UpstreamPool(peer.entrance, ctx, self._resolver, connect_timeout=limits.upstream_connect_timeout,
-                            idle_timeout=limits.idle_timeout, max_idle=limits.upstream_pool_size)
+                            idle_timeout=limits.idle_timeout, max_idle=limits.upstream_pool_size,
+                            reuse_idle=limits.upstream_reuse_idle)
         if entry is not None:
             # In-flight requests (watches) keep the old pool's connections until they end or the gateway stops.
             self._retired_pools.append(entry[1])
@@ -588,6 +597,19 @@ class Gateway:
         return status_response(404, "NotFound", "the ops listener serves /healthz, /readyz and /metrics")
 
     # ----- observation ---------------------------------------------------------------------------------------
+    def exchange_outcome(self, connector_id: str, failure: tuple[str, str] | None) -> None:
+        """Record how the last exchange through `connector_id` went (None: it worked)."""
+        if self.exchange_failures.get(connector_id) == failure:
+            return
+        if failure is None:
+            self.exchange_failures.pop(connector_id, None)
+        else:
+            if len(self.exchange_failures) >= 10_000 and connector_id not in self.exchange_failures:
+                return  # bounded: far more connectors than peers means something else is wrong
+            self.exchange_failures[connector_id] = failure
+        if self.on_exchange_change is not None:
+            self.on_exchange_change(connector_id)
+
     def _observe_dex(self, seconds: float, outcome: str) -> None:
         self.metrics.dex_latency.observe(seconds)
         self.metrics.exchange_calls.labels(outcome).inc()

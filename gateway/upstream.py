@@ -21,6 +21,9 @@ from gateway import tlsstream
 from gateway.resolve import OverrideResolver, split_authority
 
 _READ_LIMIT = 2 ** 16
+#: A pooled connection idle for longer is not used again: safely below kube-apiserver's 90 s idle timeout (Go's
+#: http.Server IdleTimeout there), so that the gateway never sends into the upstream's close.
+REUSE_IDLE_SECONDS = 60.0
 
 
 class UpstreamError(Exception):
@@ -70,7 +73,7 @@ class PooledIdle:
 class _Connection(PooledIdle, BaseProtocol):
     """One TLS connection, one request at a time. Parsing is llhttp's; framing decides reuse."""
 
-    __slots__ = ("pool", "waiter", "payload", "message", "last_read", "broken", "timer")
+    __slots__ = ("pool", "waiter", "payload", "message", "last_read", "broken", "timer", "idle_since")
 
     def __init__(self, pool: "UpstreamPool") -> None:
         super().__init__(pool.loop)
@@ -81,6 +84,7 @@ class _Connection(PooledIdle, BaseProtocol):
         self.last_read = pool.loop.time()
         self.broken = False
         self.timer: asyncio.TimerHandle | None = None
+        self.idle_since = 0.0
 
     # --- request ---
     def begin(self, head_only: bool) -> asyncio.Future:
@@ -96,7 +100,9 @@ class _Connection(PooledIdle, BaseProtocol):
         return self.waiter
 
     def _exchanging(self) -> bool:
-        return self._parser is not None
+        # Only the wait for the response head is timed: once an answer streams (a watch), silence is a client
+        # waiting, and a dead upstream is found by TCP keepalive.
+        return self._parser is not None and self.message is None
 
     def _idle_expired(self, why: str) -> None:
         self._fail(UpstreamError("request", why))
@@ -160,7 +166,7 @@ class _Connection(PooledIdle, BaseProtocol):
         self._parser = None
         self.waiter = None
         if reuse and self.transport is not None and not self.transport.is_closing():
-            self.pool.idle.append(self)
+            self.pool.park(self)
         elif self.transport is not None:
             self.transport.abort()
 
@@ -173,8 +179,10 @@ class TLSPool(Generic[_P]):
     protocol `_P` with a `transport`: what the proxy's HTTP client and the raw path's relay share."""
 
     def __init__(self, authority: str, ssl_context: ssl.SSLContext, resolver: OverrideResolver, *,
-                 connect_timeout: float, idle_timeout: float, max_idle: int) -> None:
+                 connect_timeout: float, idle_timeout: float, max_idle: int,
+                 reuse_idle: float = REUSE_IDLE_SECONDS) -> None:
         self.host, self.port = split_authority(authority)
+        self.reuse_idle = reuse_idle
         self.authority = authority
         self.ssl = ssl_context
         self.resolver = resolver
@@ -190,10 +198,25 @@ class TLSPool(Generic[_P]):
         transport: Any = getattr(conn, "transport", None)
         return transport is not None and not transport.is_closing()
 
+    def park(self, conn: _P) -> None:
+        """Keep `conn` for the next request."""
+        conn.idle_since = self.loop.time()  # type: ignore[attr-defined]
+        self.idle.append(conn)
+
     def take(self) -> _P | None:
-        """The most recently idle connection still usable, or None."""
+        """The most recently idle connection still usable, or None. One idle for longer than `reuse_idle` is
+        closed instead: the upstream may be closing it right now (kube-apiserver after 90 s), and a request sent
+        into that close is lost. The most recent is on top, so whatever is below a stale one is staler."""
+        oldest = self.loop.time() - self.reuse_idle
         while self.idle:
             conn = self.idle.pop()
+            if conn.idle_since < oldest:  # type: ignore[attr-defined]
+                for stale in (conn, *self.idle):
+                    transport: Any = getattr(stale, "transport", None)
+                    if transport is not None:
+                        transport.abort()
+                self.idle.clear()
+                return None
             if self._usable(conn):
                 return conn
         return None
@@ -226,9 +249,9 @@ class UpstreamPool(TLSPool[_Connection]):
 
     def __init__(self, authority: str, ssl_context: ssl.SSLContext, resolver: OverrideResolver, *,
                  connect_timeout: float, idle_timeout: float, max_idle: int, max_line: int = 65536,
-                 max_headers: int = 256) -> None:
+                 max_headers: int = 256, reuse_idle: float = REUSE_IDLE_SECONDS) -> None:
         super().__init__(authority, ssl_context, resolver, connect_timeout=connect_timeout,
-                         idle_timeout=idle_timeout, max_idle=max_idle)
+                         idle_timeout=idle_timeout, max_idle=max_idle, reuse_idle=reuse_idle)
         self.max_line = max_line
         self.max_headers = max_headers
 
@@ -248,46 +271,83 @@ class UpstreamPool(TLSPool[_Connection]):
     async def request(self, head: bytes, body: AsyncIterator[bytes] | None, *, head_only: bool, chunked: bool,
                       on_response: Callable[[RawResponseMessage, StreamReader], Awaitable[None]]) -> None:
         """Send `head` (and the body), hand the parsed response head and its body stream to `on_response`, and
-        put the connection back in the pool only if the exchange ended cleanly."""
+        put the connection back in the pool only if the exchange ended cleanly.
+
+        A pooled connection may have been closed by the upstream a moment ago. When it fails before any byte of
+        an answer, the request goes again on a fresh connection, with its body too: the body sent on the pooled
+        one is kept until the answer starts (at most the gateway's body limit, which the caller enforces), so
+        that no request is lost to that race."""
         conn = self.take()
         fresh = conn is None
         if conn is None:
             conn = await self._connect()
+        sent: list[bytes] | None = [] if not fresh and body is not None else None
         reuse = False
         try:
-            waiter = conn.begin(head_only)
-            assert conn.transport is not None
-            conn.transport.write(head)
-            if body is not None:
-                await self._send_body(conn, body, chunked)
             try:
-                message, payload = await waiter
+                message, payload = await self._attempt(conn, head, head_only, body, chunked, sent)
             except UpstreamError:
-                if not fresh and body is None and conn.message is None:
-                    # A pooled connection the upstream had closed meanwhile: retry once on a new one.
-                    conn.release(False)
-                    conn = await self._connect()
-                    waiter = conn.begin(head_only)
-                    assert conn.transport is not None
-                    conn.transport.write(head)
-                    message, payload = await waiter
-                else:
+                if fresh or conn.message is not None:
                     raise
+                # A pooled connection the upstream had closed meanwhile: once more on a new one.
+                conn.release(False)
+                conn = await self._connect()
+                again = None if body is None else _replay(sent or [], body)
+                message, payload = await self._attempt(conn, head, head_only, again, chunked, None)
             await on_response(message, payload)
             reuse = conn.finished() and len(self.idle) < self.max_idle
         finally:
             conn.release(reuse)
 
-    async def _send_body(self, conn: _Connection, body: AsyncIterator[bytes], chunked: bool) -> None:
+    async def _attempt(self, conn: _Connection, head: bytes, head_only: bool, body: AsyncIterator[bytes] | None,
+                       chunked: bool, sent: list[bytes] | None) -> tuple[RawResponseMessage, StreamReader]:
+        waiter = conn.begin(head_only)
+        assert conn.transport is not None
+        conn.transport.write(head)
+        if body is not None:
+            try:
+                await self._send_body(conn, body, chunked, sent)
+            except UpstreamError:
+                if conn.message is not None and waiter.done() and not waiter.cancelled() \
+                        and waiter.exception() is None:
+                    return waiter.result()  # it answered (a refusal, say) before taking the whole body
+                raise
+        return await waiter
+
+    async def _send_body(self, conn: _Connection, body: AsyncIterator[bytes], chunked: bool,
+                         sent: list[bytes] | None = None) -> None:
         transport = conn.transport
         assert transport is not None
         async for chunk in body:
+            if sent is not None:
+                sent.append(chunk)  # before the write: a chunk taken from the client must not be lost
             if transport.is_closing():
                 raise UpstreamError("request", "the upstream closed the connection while the body was sent")
             if chunked:
                 transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
             else:
                 transport.write(chunk)
-            await conn._drain_helper()
+            try:
+                await conn._drain_helper()
+            except ConnectionError:
+                raise UpstreamError("request", "the upstream closed the connection while the body was sent") \
+                    from None
         if chunked:
             transport.write(b"0\r\n\r\n")
+
+
+class _replay:
+    """The chunks already taken from the client, then the ones it has not sent yet (an async iterator)."""
+
+    def __init__(self, sent: list[bytes], rest: AsyncIterator[bytes]) -> None:
+        self._sent = iter(sent)
+        self._rest = rest
+
+    def __aiter__(self) -> "_replay":
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = next(self._sent, None)
+        if chunk is not None:
+            return chunk
+        return await self._rest.__anext__()

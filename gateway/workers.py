@@ -104,6 +104,8 @@ async def _worker(index: int, config: GatewayConfig, sockets: dict[str, socket.s
     config = dataclasses.replace(config, api_token=token, dex_client_secret=secret, workers=1)
     handlers = _ForwardingHandlers(control_path)
     gw = Gateway(config, handlers)
+    gw.on_exchange_change = lambda connector: conn.send(("exchange", connector,
+                                                         gw.exchange_failures.get(connector)))
     loop = asyncio.get_running_loop()
     done = loop.create_future()
 
@@ -171,8 +173,9 @@ class WorkerPool:
     """The parent's side: spawns, feeds, scrapes, restarts and stops the workers."""
 
     def __init__(self, config: GatewayConfig, handlers: ControlHandlers, registry: Callable[[], Registry],
-                 count: int) -> None:
+                 count: int, *, on_exchange: Callable[[str, tuple[str, str] | None], None] | None = None) -> None:
         self.config = config
+        self._on_exchange = on_exchange
         self.handlers = handlers
         self._registry = registry
         self.count = count
@@ -251,6 +254,9 @@ class WorkerPool:
                     waiter = self._waiters.pop(worker.index, None)
                     if waiter is not None and not waiter.done():
                         waiter.set_result(None)
+                elif kind == "exchange":
+                    if self._on_exchange is not None:
+                        self._on_exchange(args[0], tuple(args[1]) if args[1] is not None else None)
                 elif kind == "metrics":
                     scrape_id, index, text = args
                     entry = self._scrapes.get(scrape_id)

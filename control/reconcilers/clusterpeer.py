@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Iterable
 
 from control import connstring, pki
 from control.feed import CA_SECRET, ENTRANCE_TLS_SECRET, MANAGED_BY
-from control.kube import (CLUSTERPEERS, NAMESPACES, PEERINGCAPABILITIES, SECRETS, TOKENEXCHANGEPROVIDERS,
-                          AlreadyExists, ApiError, Conflict, KubeSession, NotFound, Resource)
+from control.kube import (CLUSTERPEERS, NAMESPACES, PEERINGCAPABILITIES, SECRETS, AlreadyExists, ApiError,
+                          Conflict, KubeSession, NotFound)
+from control.optional import PROJECTS, TOKENEXCHANGEPROVIDERS
 from control.peerclient import Answer, PeerClient
 from control.reconcilers.facts import ISSUER_TTL, Discovery, Issuer
 from control.reconcilers.memory import Memory, PeerMemory
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("peering.control.clusterpeer")
 
 NAME = "clusterpeer"
-PROJECTS = Resource("deckhouse.io", "v1alpha1", "projects", False, "Project")
 PROVIDER_PREFIX = "peering-"
 PROVIDER_API_VERSION = "deckhouse.io/v1alpha1"
 JOIN_CA_SECRET = "peering-join-tls"
@@ -212,8 +212,11 @@ class ClusterPeerReconciler:
                 if c.name}
 
     def _local_projects(self) -> dict[str, list[str]]:
-        names = [(p.get("metadata") or {}).get("name", "") for p in self.projects.items()]
-        return project_rules.local_projects([n for n in names if n], self.namespaces.items())
+        return project_rules.local_projects(self.projects.items(), self.namespaces.items())
+
+    def _projects_absent(self) -> str | None:
+        """Why projects cannot pair here: the Project API is not served (None while it is, or is not known)."""
+        return PROJECTS.absent_message() if self.projects.available is False else None
 
     def _join_ca(self) -> str | None:
         """The CA of the join endpoint's certificate when it is in the module's Secret (a private CA travels in
@@ -323,7 +326,8 @@ class ClusterPeerReconciler:
             type=ptype, credentials=cstate.progress, credentials_from_other_ca=other_ca,
             spec_error=spec_error, invite=invite,
             join_error=(mem.join_error[1], mem.join_error[2]) if mem.join_error else None,
-            has_peer_offer=peer is not None, sync_error=sync_error, token_exchange=token_exchange)
+            has_peer_offer=peer is not None, sync_error=sync_error, token_exchange=token_exchange,
+            projects_absent=self._projects_absent())
         new_status = desired_status(cp=cp, now=now, state=state, invite=invite, offer=offer, peer=peer,
                                     effective=eff.names if complete else [], grants=grants.status, access=access,
                                     paired=project_rules.pairs_count(pairs), token_exchange=token_exchange,
@@ -539,6 +543,10 @@ class ClusterPeerReconciler:
         key = key_of(cp)
         name = provider_name(key)
         issuer = (peer or {}).get("issuer") or {}
+        resource = self.providers.resource
+        if resource is None:
+            return cond.token_exchange_condition(cond.ProviderObservation(
+                api_absent=TOKENEXCHANGEPROVIDERS.absent_message()))
         existing = self.providers.get(name)
         ours = existing is None or ownership.belongs_to(existing, key)
         if not issuer.get("url") or not issuer.get("jwks"):
@@ -552,10 +560,11 @@ class ClusterPeerReconciler:
             return cond.token_exchange_condition(cond.ProviderObservation(obj=existing, ours=False))
         want = desired_provider(cp, peer_uuid, issuer["url"], issuer["jwks"],
                                 [audience(own_uuid, c) for c in effective])
+        want["apiVersion"] = resource.api_version
         obj = existing
         try:
             if existing is None:
-                obj = await self.kube.create(TOKENEXCHANGEPROVIDERS, want)
+                obj = await self.kube.create(resource, want)
             elif not (existing.get("metadata") or {}).get("deletionTimestamp") and (
                     existing.get("spec") != want["spec"] or
                     (existing.get("metadata") or {}).get("ownerReferences") != want["metadata"]["ownerReferences"]):
@@ -563,13 +572,19 @@ class ClusterPeerReconciler:
                                                                           .get("labels") or {}),
                                                                        **want["metadata"]["labels"]},
                         "ownerReferences": want["metadata"]["ownerReferences"]}
-                obj = await self.kube.update(TOKENEXCHANGEPROVIDERS, {**existing, "metadata": meta,
+                obj = await self.kube.update(resource, {**existing, "metadata": meta,
                                                                      "spec": want["spec"]})
         except AlreadyExists:
             obj = None  # our own create lags in the cache, or a foreign one appeared: the next pass tells
         except Conflict:
             obj = existing
+        except NotFound:
+            # The API went away between discovery and the write: ask discovery again now.
+            self.providers.poke()
+            return cond.token_exchange_condition(cond.ProviderObservation(
+                api_absent=TOKENEXCHANGEPROVIDERS.absent_message()))
         except ApiError as exc:
             return cond.token_exchange_condition(cond.ProviderObservation(api_error=f"{exc.code} {exc.reason}: "
                                                                                      f"{exc.message[:300]}"))
-        return cond.token_exchange_condition(cond.ProviderObservation(obj=obj, ours=True))
+        return cond.token_exchange_condition(cond.ProviderObservation(
+            obj=obj, ours=True, exchange_failure=self.ctx.exchange_failures().get(name)))

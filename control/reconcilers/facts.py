@@ -11,6 +11,7 @@ import time
 from control.kube import ApiError, KubeSession
 
 DISCOVERY_TTL = 300.0
+FAILED_GROUP_RETRY = 30.0
 ISSUER_TTL = 60.0
 #: Resources whose scope every Kubernetes cluster agrees on, used when discovery cannot be read.
 _KNOWN_CLUSTER_SCOPED = {("", "namespaces"), ("", "nodes"), ("", "persistentvolumes"),
@@ -28,29 +29,42 @@ class Discovery:
         self._table: dict[tuple[str, str], bool] = {}
         self._read_at = -1e18
         self._lock = asyncio.Lock()
+        #: Groups whose discovery failed at the last read (their earlier entries are kept).
+        self.failed_groups: list[str] = []
 
     async def refresh(self) -> None:
+        """Read discovery again when the table is older than `ttl`. One failing group (an aggregated API whose
+        backend answers 503, say) keeps what was known of that group and spoils nothing else."""
         async with self._lock:
             if time.monotonic() - self._read_at < self.ttl:
                 return
-            table: dict[tuple[str, str], bool] = {}
             try:
                 core = await self.kube.request("GET", "/api/v1")
-                for r in core.get("resources") or []:
-                    table[("", r.get("name", ""))] = bool(r.get("namespaced"))
                 groups = await self.kube.request("GET", "/apis")
-                for g in groups.get("groups") or []:
-                    gv = (g.get("preferredVersion") or {}).get("groupVersion")
-                    if not gv:
-                        continue
-                    answer = await self.kube.request("GET", f"/apis/{gv}")
-                    for r in answer.get("resources") or []:
-                        table[(g.get("name", ""), r.get("name", ""))] = bool(r.get("namespaced"))
             except (ApiError, OSError, ValueError, asyncio.TimeoutError):
                 # Keep what we had; unknown resources count as project scope, which fails closed.
                 return
+            table: dict[tuple[str, str], bool] = {}
+            for r in core.get("resources") or []:
+                table[("", r.get("name", ""))] = bool(r.get("namespaced"))
+            failed: list[str] = []
+            for g in groups.get("groups") or []:
+                name = g.get("name", "")
+                gv = (g.get("preferredVersion") or {}).get("groupVersion")
+                if not gv:
+                    continue
+                try:
+                    answer = await self.kube.request("GET", f"/apis/{gv}")
+                except (ApiError, OSError, ValueError, asyncio.TimeoutError):
+                    failed.append(name)
+                    table.update({k: v for k, v in self._table.items() if k[0] == name})
+                    continue
+                for r in answer.get("resources") or []:
+                    table[(name, r.get("name", ""))] = bool(r.get("namespaced"))
+            self.failed_groups = failed
             self._table = table
-            self._read_at = time.monotonic()
+            # A failing group is asked again sooner than the rest.
+            self._read_at = time.monotonic() - (max(0.0, self.ttl - FAILED_GROUP_RETRY) if failed else 0.0)
 
     def namespaced(self, group: str, resource: str) -> bool | None:
         key = (group, resource.split("/", 1)[0])

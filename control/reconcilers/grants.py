@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Iterable
 from control.feed import MANAGED_BY
 from control.kube import (CLUSTERPEERS, CLUSTERROLEBINDINGS, CLUSTERROLES, NAMESPACES, PEERINGCAPABILITIES,
                           PROJECTPEERS, ROLEBINDINGS, ROLES, AlreadyExists, Conflict, KubeSession, NotFound)
-from control.reconcilers.clusterpeer import PROJECTS, owner_names
+from control.optional import PROJECTS
+from control.reconcilers.clusterpeer import owner_names
 from control.reconcilers.facts import Discovery
 from control.rules import conditions as cond
 from control.rules import grants as grants_rules
@@ -104,8 +105,7 @@ class GrantsReconciler:
             status = cp["status"]
             peer = status["peer"]
             local = self._local_capabilities()
-            names = [(p.get("metadata") or {}).get("name", "") for p in self.projects.items()]
-            local_projects = project_rules.local_projects([n for n in names if n], self.namespaces.items())
+            local_projects = project_rules.local_projects(self.projects.items(), self.namespaces.items())
             opened = [c for c in (cp.get("spec") or {}).get("capabilities") or [] if isinstance(c, str)]
             eff = effective_capabilities(opened, peer.get("capabilities"), local)
             pairs = project_rules.pair_projects(local_projects, peer.get("projects"))

@@ -83,10 +83,22 @@ class ProviderObservation:
     jwks_problem: str | None = None
     #: Whether the object carries the module's labels (ownership.belongs_to).
     ours: bool = True
+    #: Why the API server serves no TokenExchangeProvider API (OptionalApi.absent_message), or None when it does.
+    api_absent: str | None = None
+    #: The gateway's last failed exchange through this provider's connector, (reason, message), or None.
+    exchange_failure: tuple[str, str] | None = None
 
 
 def token_exchange_condition(obs: ProviderObservation) -> Cond:
     """TokenExchangeReady exactly as the CRD reference lists its reasons."""
+    if obs.api_absent is not None:
+        return Cond(
+            "False",
+            PROVIDER_REJECTED,
+            f"{obs.api_absent}. Until then Dex cannot exchange the tokens of the peer's consumers and their "
+            "requests are refused; invites, joins and offers keep working, and the provider is created as soon as "
+            "the API is served",
+        )
     if obs.api_error is not None:
         return Cond(
             "False",
@@ -133,6 +145,10 @@ def token_exchange_condition(obs: ProviderObservation) -> Cond:
     if ready is None or (isinstance(generation, int) and isinstance(seen, int) and seen < generation):
         return Cond("False", PROVIDER_PENDING, "user-authn has not applied the latest TokenExchangeProvider yet")
     if ready.get("status") == "True":
+        if obs.exchange_failure is not None:
+            reason, message = obs.exchange_failure
+            return Cond("True", PROVIDER_READY, f"user-authn applied the provider, but the last token exchange "
+                                                f"failed ({reason}): {message}")
         return Cond("True", PROVIDER_READY, "Dex exchanges the tokens of the peer's consumers")
     reason = ready.get("reason")
     message = str(ready.get("message") or "")
@@ -263,6 +279,8 @@ class PeeringState:
     sync_error: tuple[str, str] | None = None
     #: TokenExchangeReady as chosen by token_exchange_condition.
     token_exchange: Cond | None = None
+    #: Why projects cannot pair (the Project API is not served), or None.
+    projects_absent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -354,4 +372,6 @@ def _active_ready(state: PeeringState) -> Cond:
         return Cond("False", te.reason, te.message)
     if not state.has_peer_offer:
         return Cond("False", AWAITING_OFFER, "waiting for the peer's first offer")
+    if state.projects_absent is not None:
+        return Cond("True", PEERING_READY, f"the peering works, but projects cannot pair: {state.projects_absent}")
     return Cond("True", PEERING_READY, "the peering works")

@@ -1,7 +1,9 @@
 """Paired projects and their ProjectPeer objects (DESIGN.md §9).
 
-A local project is a Project name with its namespaces: those labelled `projects.deckhouse.io/project=<name>` and
-the main namespace named as the project. Same-named projects of both sides pair; each pair gets one ProjectPeer
+A local project is a Project (deckhouse.io, v1alpha3 or v1alpha2) with its namespaces: the main namespace named as
+the project, those labelled `projects.deckhouse.io/project=<name>` (multitenancy-manager labels the main one and
+every `ProjectNamespace`-made one), and those its status lists (v1alpha3: `[{name, kind: Main|Additional}]`;
+v1alpha2: `[name]`), each only while the namespace exists. Same-named projects of both sides pair; each pair gets one ProjectPeer
 per peer, in the project's main namespace, named after the ClusterPeer. A pair whose project is gone on either
 side loses its ProjectPeer (and its Roles, through the grants).
 """
@@ -20,19 +22,36 @@ PAIRED = "Paired"
 PEER_UNREACHABLE = "PeerUnreachable"
 
 
-def local_projects(project_names: Iterable[str], namespaces: Iterable[dict]) -> dict[str, list[str]]:
-    """{project: sorted namespaces} from Project names and Namespace objects; a project keeps only existing ones."""
-    names = set(project_names)
-    out: dict[str, set[str]] = {n: set() for n in names}
+def status_namespaces(project: dict) -> list[str]:
+    """The namespaces a Project's status lists, in either served shape (v1alpha3 objects, v1alpha2 strings)."""
+    listed = (project.get("status") or {}).get("namespaces") if isinstance(project.get("status"), dict) else None
+    out = []
+    for item in listed if isinstance(listed, list) else []:
+        name = item.get("name") if isinstance(item, dict) else item
+        if isinstance(name, str) and name:
+            out.append(name)
+    return out
+
+
+def local_projects(projects: Iterable[dict], namespaces: Iterable[dict]) -> dict[str, list[str]]:
+    """{project: sorted namespaces} from Project objects and Namespace objects; a project keeps only existing
+    namespaces."""
+    listed: dict[str, set[str]] = {}
+    for p in projects:
+        name = (p.get("metadata") or {}).get("name") if isinstance(p, dict) else None
+        if isinstance(name, str) and name:
+            listed[name] = {name, *status_namespaces(p)}
+    out: dict[str, set[str]] = {n: set() for n in listed}
     for ns in namespaces:
         meta = ns.get("metadata") or {}
         ns_name = meta.get("name")
         if not ns_name:
             continue
-        if ns_name in names:
-            out[ns_name].add(ns_name)
+        for project, names in listed.items():
+            if ns_name in names:
+                out[project].add(ns_name)
         owner = (meta.get("labels") or {}).get(PROJECT_LABEL)
-        if owner in names:
+        if owner in listed:
             out[owner].add(ns_name)
     return {k: sorted(v) for k, v in sorted(out.items())}
 

@@ -25,7 +25,14 @@ NAMESPACES = [
     ns("delta-only", "delta"),  # Project delta has no main namespace
     {"metadata": {}},
 ]
-LOCAL = pr.local_projects(["alpha", "beta", "delta"], NAMESPACES)
+def project(name, namespaces=None, version="v1alpha3"):
+    obj = {"apiVersion": f"deckhouse.io/{version}", "kind": "Project", "metadata": {"name": name}}
+    if namespaces is not None:
+        obj["status"] = {"namespaces": namespaces}
+    return obj
+
+
+LOCAL = pr.local_projects([project("alpha"), project("beta"), project("delta")], NAMESPACES)
 PEER = [
     {"name": "alpha", "namespaces": ["alpha", "alpha-cache"]},
     {"name": "beta", "namespaces": ["beta"]},
@@ -42,6 +49,18 @@ EFF = [
 
 def test_local_projects():
     assert LOCAL == {"alpha": ["alpha", "alpha-db"], "beta": ["beta", "beta-x"], "delta": ["delta-only"]}
+
+
+def test_both_served_shapes_of_status_namespaces_count():
+    """v1alpha3 lists {name, kind: Main|Additional}; v1alpha2 lists names. A ProjectNamespace-made namespace that
+    is listed there pairs even before it carries the label; one listed but gone does not."""
+    namespaces = [ns("alpha"), ns("alpha-extra"), ns("beta"), ns("beta-extra")]
+    v3 = project("alpha", [{"name": "alpha", "kind": "Main"}, {"name": "alpha-extra", "kind": "Additional"},
+                           {"name": "alpha-gone", "kind": "Additional"}])
+    v2 = project("beta", ["beta", "beta-extra", 7, None], version="v1alpha2")
+    assert pr.local_projects([v3, v2], namespaces) == {"alpha": ["alpha", "alpha-extra"],
+                                                       "beta": ["beta", "beta-extra"]}
+    assert pr.local_projects([project("gamma", "not a list"), {"metadata": {}}, "junk"], []) == {"gamma": []}
 
 
 def test_pairs_need_both_sides_and_a_main_namespace():

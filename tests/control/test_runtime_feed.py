@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from control.feed import Feed
-from control.watch import Informers
+from control.informers import Informers
 from tests.control.conftest import NAMESPACE, eventually
 
 

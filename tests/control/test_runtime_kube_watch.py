@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from control import kube as k
-from control.watch import Informer, Informers
+from control.informers import Informers
+from control.watch import Informer
 from tests.control.conftest import NAMESPACE, eventually, start_api
 
 

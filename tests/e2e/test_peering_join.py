@@ -16,7 +16,7 @@ from control.handlers.join import JoinHandler
 from control.kube import KubeSession
 from control.process import Context, Handlers
 from control.rules import join as join_rules
-from control.watch import Informers
+from control.informers import Informers
 from gateway.protocol import JoinCall, ProtocolError
 from lab.testing import lab_clusters
 from peering_lab import (clusterpeer, connection_string, create_invite, create_join, fast_peering_command,

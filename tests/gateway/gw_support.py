@@ -54,6 +54,8 @@ class Upstream:
     watch_closed: asyncio.Event = field(default_factory=asyncio.Event)
     reviews: int = 0
     port: int = 0
+    #: Requests still to fail by closing the connection without an answer (a crashed API server).
+    fail_next: int = 0
 
 
 @dataclass
@@ -65,6 +67,8 @@ class DexState:
     secret: str = "s3cret"
     gate: asyncio.Event | None = None
     port: int = 0
+    #: An answer of upstream Dex to give instead of a token: (status, body), e.g. (500, {"error": "server_error"}).
+    answer: tuple[int, dict] | None = None
 
 
 class Handlers:
@@ -161,6 +165,11 @@ def api_app(state: Upstream) -> web.Application:
         body = await request.read()
         state.requests.append({"method": request.method, "path": request.path_qs,
                                "headers": list(request.headers.items()), "body": body})
+        if state.fail_next > 0:
+            state.fail_next -= 1
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response()
         if request.query.get("watch") in ("true", "1"):
             resp = web.StreamResponse(headers={"Content-Type": "application/json"})
             resp.enable_chunked_encoding()
@@ -213,8 +222,8 @@ def api_app(state: Upstream) -> web.Application:
 
 def dex_app(state: DexState) -> web.Application:
     async def token(request: web.Request) -> web.Response:
-        if state.down:
-            return web.json_response({"error": "server_error"}, status=500)
+        if state.down:  # what an ingress answers with Dex's pods gone
+            return web.Response(status=503, text="no healthy upstream")
         state.calls += 1
         form = dict(await request.post())
         state.forms.append(form)
@@ -223,7 +232,10 @@ def dex_app(state: DexState) -> web.Application:
             async with asyncio.timeout(20):
                 await state.gate.wait()
         if request.headers.get("Authorization") != "Basic " + base64.b64encode(f"gateway:{state.secret}".encode()).decode():
-            return web.json_response({"error": "invalid_client"}, status=401)
+            return web.json_response({"error": "invalid_client", "error_description": "Invalid client credentials."},
+                                     status=401)
+        if state.answer is not None:
+            return web.json_response(state.answer[1], status=state.answer[0])
         return web.json_response({"access_token": f"exchanged-{state.calls}", "token_type": "bearer",
                                   "issued_token_type": form.get("requested_token_type"), "expires_in": 300})
 

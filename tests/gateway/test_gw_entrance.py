@@ -36,8 +36,8 @@ async def test_request_with_valid_token_is_exchanged_and_proxied(gateway, sessio
     form = dex.forms[0]
     assert form == {"grant_type": "urn:ietf:params:oauth:grant-type:token-exchange", "connector_id": "peering-peer",
                     "subject_token": token, "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
-                    "requested_token_type": "urn:ietf:params:oauth:token-type:id_token", "audience": "kubernetes",
-                    "scope": "openid"}
+                    "requested_token_type": "urn:ietf:params:oauth:token-type:id_token",
+                    "scope": "openid email profile groups audience:server:client_id:kubernetes"}
     # A second request with the same token is a cache hit: no new Dex call.
     async with s.get(PODS, headers={"Authorization": f"Bearer {token}"}) as resp:
         assert resp.status == 200
@@ -240,11 +240,37 @@ async def test_dex_down_gives_503_and_recovers_without_restart(gateway, session_
         assert resp.status == 200
 
 
-async def test_dex_refusing_the_client_gives_401(gateway, session_for, issuer_key, dex):
+async def test_dex_refusing_the_client_says_to_check_the_dexclient(gateway, session_for, issuer_key, dex):
     dex.secret = "rotated-and-not-yet-known-to-the-gateway"
     s = session_for(gateway)
     async with s.get(PODS, headers={"Authorization": f"Bearer {make_token(issuer_key)}"}) as resp:
-        assert await status_of(resp) == (401, "TokenExchangeRefused")
+        assert await status_of(resp) == (503, "TokenExchangeMisconfigured")
+        assert "DexClient" in (await resp.json())["message"]
+    reason, message = gateway.exchange_failures["peering-peer"]
+    assert reason == "TokenExchangeMisconfigured" and "s3cret" not in message
+
+
+@pytest.mark.parametrize("status, body, code, reason, words", [
+    # What upstream Dex answers when its kubernetes client does not list ours in trustedPeers.
+    (500, {"error": "server_error"}, 503, "TokenExchangeMisconfigured", "trustedPeers"),
+    (400, {"error": "invalid_request", "error_description": "Requested connector does not exist."}, 503,
+     "TokenExchangeMisconfigured", "TokenExchangeReady"),
+    (401, {"error": "access_denied"}, 401, "TokenExchangeRefused", "keys the peer published"),
+    (400, {"error": "invalid_scope"}, 401, "TokenExchangeRefused", "invalid_scope"),
+])
+async def test_each_dex_refusal_names_what_to_fix_and_a_success_clears_it(
+        gateway, session_for, issuer_key, dex, status, body, code, reason, words):
+    dex.answer = (status, body)
+    s = session_for(gateway)
+    token = make_token(issuer_key)
+    async with s.get(PODS, headers={"Authorization": f"Bearer {token}"}) as resp:
+        assert await status_of(resp) == (code, reason)
+        assert words in (await resp.json())["message"]
+    assert gateway.exchange_failures["peering-peer"][0] == reason
+    dex.answer = None
+    async with s.get(PODS, headers={"Authorization": f"Bearer {token}"}) as resp:
+        assert resp.status == 200
+    assert "peering-peer" not in gateway.exchange_failures
 
 
 async def test_api_server_down_gives_503(pki, issuer_key, dex, handlers, session_for, upstream):
