@@ -19,6 +19,7 @@ from gateway.protocol import JoinCall, ProtocolError
 from control import pki
 from control.feed import CA_SECRET
 from control.kube import CLUSTERPEERS, SECRETS, AlreadyExists, Conflict, NotFound
+from control.rules import offer as offer_rules
 from control.rules import credentials as creds
 from control.rules import invite as invite_rules
 from control.rules import join as join_rules
@@ -101,6 +102,10 @@ class JoinHandler:
             assert cp is not None and name is not None
             if not isinstance(status.get("offer"), dict):
                 raise _not_ready("the offer of this peering is not computed yet")
+            ours = offer_rules.own_keys_problem(req.offer, status["offer"])
+            if ours is not None:
+                log.info("join refused", extra={"remote": call.remote, "reason": "Malformed"})
+                raise _refuse("Malformed", ours)
             if decision.outcome == "reanswer":
                 if not values.get("client.key"):
                     raise _not_ready("the first answer is still being stored")

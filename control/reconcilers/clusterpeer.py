@@ -295,7 +295,7 @@ class ClusterPeerReconciler:
             if ptype == "Join" and mem.delivered != values.get("issued.crt") and not just_joined:
                 await self._deliver(key, mem, values)
             if mem.pull_at <= time.monotonic() or peer is None:
-                peer = await self._pull(key, mem, values, peer, now)
+                peer = await self._pull(key, mem, values, peer, now, offer)
             waits.append(max(0.05, mem.pull_at - time.monotonic()))
 
         peer_uuid = (peer or {}).get("clusterUUID") or values.get("peer-uuid", "")
@@ -419,6 +419,9 @@ class ClusterPeerReconciler:
         try:
             checked = join_rules.check_join_answer(answer.body, inv, own_uuid=own_uuid,
                                                    own_key_fingerprint=pki.public_key_fingerprint(csr))
+            ours = offer_rules.own_keys_problem(checked.offer, offer)
+            if ours is not None:
+                raise join_rules.JoinError(join_rules.INVALID_ANSWER, ours)
             issued = pki.issue_client_cert(ca, checked.csr_pem, checked.cluster_uuid, now=now)
         except join_rules.JoinError as exc:
             return self._join_failed(key, mem, values, generation, exc.reason, exc.message)
@@ -500,7 +503,7 @@ class ClusterPeerReconciler:
         return values
 
     async def _pull(self, key: str, mem: PeerMemory, values: dict, peer: dict | None,
-                    now: datetime.datetime) -> dict | None:
+                    now: datetime.datetime, own_offer: dict) -> dict | None:
         """Fetch the peer's offer; the previous status.peer stays on any failure (a failed sync never revokes)."""
         answer = await self.client.call(values.get("peer-entrance", ""), "offer", **self._call_args(values))
         if not answer.ok:
@@ -517,6 +520,10 @@ class ClusterPeerReconciler:
         check = offer_rules.validate_offer(offer)
         if not check.ok:
             mem.sync_error = (check.reason, check.message)
+            return peer
+        ours = offer_rules.own_keys_problem(offer, own_offer)
+        if ours is not None:
+            mem.sync_error = (offer_rules.OFFER_INVALID, ours)
             return peer
         failed_before = mem.sync_error is not None
         mem.sync_error, mem.sync_failures = None, 0

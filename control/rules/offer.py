@@ -117,6 +117,36 @@ def _named_items(offer: dict, key: str, what: str, limit: int) -> tuple[list, "O
     return items, None
 
 
+def _thumbprints(jwks_text) -> set[str]:
+    from jwcrypto import jwk
+
+    try:
+        keys = json.loads(jwks_text).get("keys") or []
+    except (TypeError, ValueError, AttributeError):
+        return set()
+    out = set()
+    for key in keys if isinstance(keys, list) else []:
+        try:
+            out.add(jwk.JWK(**key).thumbprint())
+        except Exception:  # a key jwks_problem refuses anyway
+            continue
+    return out
+
+
+def own_keys_problem(peer_offer, own_offer) -> str | None:
+    """Why a peer's offer must be refused for publishing this cluster's own ServiceAccount keys as its issuer's,
+    or None. Every default Deckhouse cluster has the same issuer URL, so the keys are the only thing that tells a
+    peer's tokens from ours; our public keys are in our offer, so a hostile peer can copy them."""
+    theirs = ((peer_offer or {}).get("issuer") or {}).get("jwks") if isinstance(peer_offer, dict) else None
+    ours = ((own_offer or {}).get("issuer") or {}).get("jwks") if isinstance(own_offer, dict) else None
+    if not isinstance(theirs, str) or not isinstance(ours, str) or not theirs or not ours:
+        return None
+    if _thumbprints(theirs) & _thumbprints(ours):
+        return ("the peer's offer names this cluster's own ServiceAccount signing keys as the keys of its issuer; "
+                "a peer's tokens must be signed by keys of its own. The previous offer is kept")
+    return None
+
+
 def validate_offer(offer, *, size: int | None = None) -> OfferCheck:
     """Check a received offer against the bounds; `size` is the byte length of the body it came in, if known."""
     if size is None:

@@ -92,7 +92,8 @@ def write_kubeconfig(path, server_url: str, ca_pem: bytes, cert_pem: bytes | Non
 
 
 async def start_test_apiserver(tmp_path, *, crd_paths=(), name: str = "lab",
-                               bookmark_interval: float = 60.0, history: int = 1000, watch_queue: int = 1000):
+                               bookmark_interval: float = 60.0, history: int = 1000, watch_queue: int = 1000,
+                               without_crds=()):
     """Start an ApiServer on 127.0.0.1 (OS-chosen port) with the module's CRDs if given.
 
     Returns (server, kubeconfig_path, admin_client_cert_pem, admin_key_pem, ca_pem). The serving certificate names
@@ -101,7 +102,7 @@ async def start_test_apiserver(tmp_path, *, crd_paths=(), name: str = "lab",
     ca = trustme.CA()
     serving = ca.issue_cert("127.0.0.1", "localhost", f"api.{name}.lab")
     server = ApiServer(
-        name=name, crd_paths=[pathlib.Path(p) for p in crd_paths],
+        name=name, crd_paths=[pathlib.Path(p) for p in crd_paths], without_crds=without_crds,
         serving_cert_pem=b"".join(b.bytes() for b in serving.cert_chain_pems),
         serving_key_pem=serving.private_key_pem.bytes(), client_ca_pem=ca.cert_pem.bytes(),
         bookmark_interval=bookmark_interval, history=history, watch_queue=watch_queue,

@@ -134,3 +134,19 @@ def test_peer_status():
     assert st["capabilities"] == o["capabilities"] and st["peeringVersion"] == "0.1.0"
     assert of.offer_of_peer(st) == o
     assert of.offer_of_peer(None) is None
+
+
+def test_a_peer_publishing_our_own_keys_is_refused_whatever_the_kid_or_issuer_url():
+    """Every default Deckhouse cluster signs as https://kubernetes.default.svc.cluster.local: the issuer URL tells
+    nothing, the keys everything. Our public keys are in our offer, so a hostile peer could republish them."""
+    ours = of.build_offer(issuer_url="https://kubernetes.default.svc.cluster.local", jwks=JWKS, projects={},
+                          capabilities=[], peering_version="v1")
+    other = jwk.JWK.generate(kty="EC", crv="P-256", kid="c")
+    same_key_new_kid = jwk.JWK(**{**json.loads(EC.export_public()), "kid": "renamed"})
+    copied = {**ours, "issuer": {"url": ours["issuer"]["url"], "jwks": _jwks(other, same_key_new_kid)}}
+    assert "own ServiceAccount signing keys" in of.own_keys_problem(copied, ours)
+    # Same issuer URL, keys of its own: a peer like any other.
+    distinct = {**ours, "issuer": {"url": ours["issuer"]["url"], "jwks": _jwks(other)}}
+    assert of.own_keys_problem(distinct, ours) is None
+    assert of.own_keys_problem({"issuer": {"url": "x", "jwks": ""}}, ours) is None
+    assert of.own_keys_problem("garbage", ours) is None and of.own_keys_problem(distinct, None) is None
