@@ -231,7 +231,7 @@ async def test_oidc_added_at_run_time(authn, dex_key):
     async def fetch():
         return {"keys": [dex_key.export_public(as_dict=True)]}
 
-    authn.add_oidc(OIDCAuthenticator(DEX, "kubernetes", jwks_fetcher=fetch))
+    authn.add_oidc(OIDCAuthenticator(DEX, ["kubernetes"], jwks_fetcher=fetch))
     assert await authn.authenticate(_bearer(token), None) == UserInfo(
         "jane@example.com", ("admins", "system:authenticated"))
     # Through TokenReview: valid only for the API audiences, which it reports.
@@ -239,4 +239,4 @@ async def test_oidc_added_at_run_time(authn, dex_key):
     other_audience = await authn.authenticate_token(token, ["peering.deckhouse.io/U/C"])
     assert other_audience.user is None and "API audiences" in other_audience.error
     bad = await authn.authenticate_token(_id_token(dex_key, aud="other"))
-    assert bad.user is None and "client ID" in bad.error
+    assert bad.user is None and "expected audience" in bad.error

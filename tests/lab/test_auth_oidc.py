@@ -1,4 +1,5 @@
-"""OIDC bearer authentication against a real HTTPS issuer (discovery + JWKS) with ID tokens signed in the test."""
+"""OIDC bearer authentication against a real HTTPS issuer (discovery + JWKS) with ID tokens signed in the test,
+and Deckhouse's AuthenticationConfiguration for Dex: what its claim mappings and validation rules refuse."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from aiohttp import web
 from jwcrypto import jwk, jws
 
 from gateway.resolve import OverrideResolver
-from lab.apiserver.auth.oidc import JWKSFetchError, OIDCAuthenticator, discovery_jwks_fetcher
+from lab.apiserver.auth.oidc import (
+    JWKSFetchError, OIDCAuthenticator, deckhouse_dex_authenticator, discovery_jwks_fetcher,
+)
 from lab.apiserver.auth.tokens import TokenInvalid
 from lab.apiserver.auth.types import UserInfo
 
@@ -96,7 +99,7 @@ class Monotonic:
 
 
 def _authenticator(ca, issuer, **kwargs) -> OIDCAuthenticator:
-    return OIDCAuthenticator(ISSUER, CLIENT, ca_pem=ca.cert_pem.bytes(), resolver=issuer.resolver, **kwargs)
+    return OIDCAuthenticator(ISSUER, [CLIENT], ca_pem=ca.cert_pem.bytes(), resolver=issuer.resolver, **kwargs)
 
 
 def _claims(**overrides) -> dict:
@@ -126,12 +129,12 @@ async def test_prefixes_and_other_claims(ca, issuer):
 
 
 @pytest.mark.parametrize("overrides,reason", [
-    ({"aud": "other-client"}, "client ID"),
-    ({"aud": ["other", "another"]}, "client ID"),
+    ({"aud": "other-client"}, "expected audience"),
+    ({"aud": ["other", "another"]}, "expected audience"),
     ({"exp": int(time.time()) - 1}, "expired"),
     ({"exp": None}, "no expiry"),
     ({"nbf": int(time.time()) + 3600}, "not valid yet"),
-    ({"email_verified": False}, "not verified"),
+    ({"email_verified": False}, "oidc: email not verified"),
     ({"email_verified": "true"}, "boolean"),
     ({"email": None}, "'email'"),
     ({"email": ""}, "'email'"),
@@ -228,7 +231,7 @@ async def test_untrusted_issuer_certificate_refuses(issuer):
     other_ca = trustme.CA()
     with pytest.raises(JWKSFetchError, match="chains to the CA bundle"):
         await discovery_jwks_fetcher(ISSUER, other_ca.cert_pem.bytes(), resolver=issuer.resolver)()
-    authn = OIDCAuthenticator(ISSUER, CLIENT, ca_pem=other_ca.cert_pem.bytes(), resolver=issuer.resolver)
+    authn = OIDCAuthenticator(ISSUER, [CLIENT], ca_pem=other_ca.cert_pem.bytes(), resolver=issuer.resolver)
     assert await authn.authenticate_token(issuer.sign(_claims())) is None
     assert issuer.requests == []
 
@@ -244,7 +247,7 @@ async def test_custom_fetcher_and_failing_fetcher():
         return {"keys": [key.export_public(as_dict=True)]}
 
     clock = Monotonic()
-    authn = OIDCAuthenticator(ISSUER, CLIENT, jwks_fetcher=fetch, monotonic=clock)
+    authn = OIDCAuthenticator(ISSUER, [CLIENT], jwks_fetcher=fetch, monotonic=clock)
     signer = Issuer(keys=[key])
     token = signer.sign(_claims())
     assert await authn.authenticate_token(token) is None
@@ -254,6 +257,70 @@ async def test_custom_fetcher_and_failing_fetcher():
 
 def test_configuration_errors():
     with pytest.raises(ValueError, match="https"):
-        OIDCAuthenticator("http://dex.lab", CLIENT)
-    with pytest.raises(ValueError, match="client ID"):
-        OIDCAuthenticator(ISSUER, "")
+        OIDCAuthenticator("http://dex.lab", [CLIENT])
+    with pytest.raises(ValueError, match="audiences"):
+        OIDCAuthenticator(ISSUER, [])
+    with pytest.raises(ValueError, match="audiences"):
+        OIDCAuthenticator(ISSUER, [""])
+    with pytest.raises(ValueError, match="not a valid CEL expression"):
+        OIDCAuthenticator(ISSUER, [CLIENT], extra=[("k", "claims.(")])
+    with pytest.raises(ValueError, match="not a valid CEL expression"):
+        OIDCAuthenticator(ISSUER, [CLIENT], user_validation_rules=[("user.username.startsWith(", "m")])
+
+
+async def test_any_of_several_audiences_matches(ca, issuer):
+    authn = OIDCAuthenticator(ISSUER, ["kubernetes", "other"], ca_pem=ca.cert_pem.bytes(), resolver=issuer.resolver)
+    assert await authn.authenticate_token(issuer.sign(_claims(aud="other")))
+    assert await authn.authenticate_token(issuer.sign(_claims(aud="third"))) is None
+
+
+# --- Deckhouse's AuthenticationConfiguration for Dex ---------------------------------------------------------
+
+PEER_USER = "peering:2b1f-peer-uuid:system:serviceaccount:d8-example:controller"
+
+
+def _dex_claims(**overrides) -> dict:
+    """What Dex issues for the module's exchange (scopes openid email profile groups and the kubernetes peer)."""
+    return _claims(**{"aud": ["kubernetes", "dex-client-peering@d8-peering"], "azp": "dex-client-peering@d8-peering",
+                      "email": PEER_USER, "email_verified": True, "name": PEER_USER,
+                      "preferred_username": "system:serviceaccount:d8-example:controller", "groups": None,
+                      **overrides})
+
+
+def _deckhouse(ca, issuer) -> OIDCAuthenticator:
+    return deckhouse_dex_authenticator(ISSUER, ca_pem=ca.cert_pem.bytes(), resolver=issuer.resolver)
+
+
+async def test_deckhouse_accepts_the_exchanged_token_with_its_extras(ca, issuer):
+    user = await _deckhouse(ca, issuer).authenticate_token(issuer.sign(_dex_claims()))
+    assert user == UserInfo(PEER_USER, (), extra={
+        "user-authn.deckhouse.io/name": (PEER_USER,),
+        "user-authn.deckhouse.io/preferred_username": ("system:serviceaccount:d8-example:controller",)})
+    # The connector id lands in an extra only when Dex was asked for federated claims.
+    user = await _deckhouse(ca, issuer).authenticate_token(issuer.sign(_dex_claims(
+        federated_claims={"connector_id": "peering-b", "user_id": "x"}, preferred_username=None)))
+    assert user.extra == {"user-authn.deckhouse.io/name": (PEER_USER,),
+                          "user-authn.deckhouse.io/dex-provider": ("peering-b",)}
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    ({"name": None}, "claims.name"),                                     # no `profile` scope: the CEL fails
+    ({"email_verified": False}, "oidc: email not verified"),
+    ({"email": None}, "'email'"),                                        # no `email` scope
+    ({"aud": "dex-client-peering@d8-peering", "azp": None}, "expected audience"),   # no cross-client scope
+    ({"email": "system:serviceaccount:d8-example:controller"}, "username cannot used reserved system: prefix"),
+    ({"email": "system:admin"}, "username cannot used reserved system: prefix"),
+    ({"groups": ["ops", "system:masters"]}, "groups cannot used reserved system: prefix"),
+    ({"groups": "system:nodes"}, "groups cannot used reserved system: prefix"),
+])
+async def test_deckhouse_refuses(ca, issuer, overrides, reason):
+    authn = _deckhouse(ca, issuer)
+    token = issuer.sign(_dex_claims(**overrides))
+    with pytest.raises(TokenInvalid, match=reason):
+        await authn.verify(token)
+    assert await authn.authenticate_token(token) is None
+
+
+async def test_deckhouse_allows_system_inside_a_name_and_ordinary_groups(ca, issuer):
+    user = await _deckhouse(ca, issuer).authenticate_token(issuer.sign(_dex_claims(groups=["dev", "ops:system:"])))
+    assert user.username == PEER_USER and user.groups == ("dev", "ops:system:")

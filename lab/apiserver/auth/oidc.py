@@ -1,11 +1,17 @@
-"""OIDC bearer tokens, as kube-apiserver's `--oidc-*` flags make it accept the ID tokens of Dex.
+"""OIDC bearer tokens, as kube-apiserver's structured AuthenticationConfiguration (a `jwt` authenticator) accepts
+the ID tokens of Dex.
 
-Deckhouse runs kube-apiserver with `--oidc-issuer-url=<Dex>`, `--oidc-client-id=kubernetes`,
-`--oidc-username-claim=email`, `--oidc-groups-claim=groups` and no prefixes; those are this class's defaults
-except the issuer and client. The signing keys come from the issuer's discovery document over HTTPS, verified
-with a CA bundle, are cached, and are fetched again when a token names a key that is not in the cache (the issuer
-rotated), at most once per `refetch_interval` so that tokens with made-up key IDs cannot make the API server
-hammer the issuer.
+Deckhouse's control-plane-manager renders one `jwt` entry for Dex (`_authentication_configuration.tpl`):
+issuer Dex's, `audiences: [kubernetes]` (any of them matches), username from claim `email` with prefix "",
+groups from claim `groups` with prefix "", extras from CEL expressions over `claims` (`claims.name` without a
+guard, so a token without `name` fails), and `userValidationRules` that refuse a username or any group starting
+with `system:`. `deckhouse_dex_authenticator` builds exactly that; `OIDCAuthenticator` takes each part as a
+setting. As kube-apiserver does with the username claim `email`, an `email_verified` claim that is present must
+be true ("oidc: email not verified"). Any refusal makes the request 401.
+
+The signing keys come from the issuer's discovery document over HTTPS, verified with a CA bundle, are cached,
+and are fetched again when a token names a key that is not in the cache (the issuer rotated), at most once per
+`refetch_interval` so that tokens with made-up key IDs cannot make the API server hammer the issuer.
 """
 
 from __future__ import annotations
@@ -16,9 +22,10 @@ import logging
 import ssl
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 import aiohttp
+import celpy
 from aiohttp.abc import AbstractResolver
 from jwcrypto import jwk, jws
 from jwcrypto.common import JWException
@@ -34,6 +41,23 @@ JWKSFetcher = Callable[[], Awaitable[dict]]
 NBF_SKEW = timedelta(minutes=5)
 # Bound on a discovery document or key set: these come from the network.
 _MAX_DOCUMENT = 1 << 20
+
+# Deckhouse's claim mappings and rules for Dex (control-plane-manager's AuthenticationConfiguration).
+DECKHOUSE_AUDIENCES = ("kubernetes",)
+DECKHOUSE_EXTRA = (
+    ("user-authn.deckhouse.io/name", "claims.name"),
+    ("user-authn.deckhouse.io/preferred_username",
+     "has(claims.preferred_username) ? claims.preferred_username : null"),
+    ("user-authn.deckhouse.io/dex-provider",
+     "has(claims.federated_claims) && has(claims.federated_claims.connector_id) ? "
+     "claims.federated_claims.connector_id : null"),
+)
+DECKHOUSE_USER_VALIDATION_RULES = (
+    ("!user.username.startsWith('system:')", "username cannot used reserved system: prefix"),
+    ("user.groups.all(group, !group.startsWith('system:'))", "groups cannot used reserved system: prefix"),
+)
+
+_CEL = celpy.Environment()
 
 
 class JWKSFetchError(Exception):
@@ -92,28 +116,60 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class OIDCAuthenticator:
-    """Authenticates ID tokens of one OIDC issuer for one client, the way kube-apiserver's OIDC flags do.
+def _compile(expression: str, what: str):
+    try:
+        return _CEL.program(_CEL.compile(expression))
+    except Exception as exc:  # celpy raises its own parse error types
+        raise ValueError(f"{what} {expression!r} is not a valid CEL expression: {exc}") from None
 
+
+def _cel_to_python(value):
+    """A CEL result as plain Python: strings, lists, None (null) and the rest as they are."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_cel_to_python(v) for v in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+class OIDCAuthenticator:
+    """Authenticates ID tokens of one OIDC issuer the way one `jwt` entry of kube-apiserver's structured
+    AuthenticationConfiguration does.
+
+    audiences: the token's `aud` must contain one of them (audienceMatchPolicy MatchAny). extra: (key, CEL
+    valueExpression over `claims`) pairs; an expression that fails refuses the token, one that gives null adds
+    nothing. user_validation_rules: (CEL expression over `user`, message) pairs that must all be true.
     jwks_fetcher returns the issuer's JWK Set; when None, it is read over HTTPS through the issuer's discovery
     document, trusting ca_pem and resolving names with resolver.
     """
 
-    def __init__(self, issuer_url: str, client_id: str, username_claim: str = "email", groups_claim: str = "groups",
-                 username_prefix: str = "", groups_prefix: str = "", jwks_fetcher: JWKSFetcher | None = None, *,
+    def __init__(self, issuer_url: str, audiences: Sequence[str], username_claim: str = "email",
+                 groups_claim: str = "groups", username_prefix: str = "", groups_prefix: str = "",
+                 jwks_fetcher: JWKSFetcher | None = None, *, extra: Sequence[tuple[str, str]] = (),
+                 user_validation_rules: Sequence[tuple[str, str]] = (),
                  ca_pem: bytes | None = None, resolver: AbstractResolver | None = None,
                  signing_algs: tuple[str, ...] = ("RS256",), refetch_interval: float = 5.0,
                  clock: Callable[[], datetime] = _utcnow, monotonic: Callable[[], float] = time.monotonic) -> None:
         if not issuer_url.startswith("https://"):
             raise ValueError(f"the OIDC issuer URL must use https, got {issuer_url!r}")
-        if not client_id:
-            raise ValueError("the OIDC client ID must not be empty")
+        if isinstance(audiences, str):
+            audiences = (audiences,)
+        if not audiences or not all(isinstance(a, str) and a for a in audiences):
+            raise ValueError("give the OIDC authenticator one or more non-empty audiences (the client ID, e.g. "
+                             "kubernetes)")
+        if not username_claim:
+            raise ValueError("the username claim must not be empty (Deckhouse uses email)")
         self.issuer_url = issuer_url
-        self.client_id = client_id
+        self.audiences = tuple(audiences)
         self.username_claim = username_claim
         self.groups_claim = groups_claim
         self.username_prefix = username_prefix
         self.groups_prefix = groups_prefix
+        self._extra = [(key, expr, _compile(expr, f"extra mapping {key!r}")) for key, expr in extra]
+        self._rules = [(expr, message, _compile(expr, "user validation rule"))
+                       for expr, message in user_validation_rules]
         self.signing_algs = tuple(signing_algs)
         self._fetch = jwks_fetcher or discovery_jwks_fetcher(issuer_url, ca_pem, resolver=resolver)
         self._refetch_interval = refetch_interval
@@ -175,8 +231,9 @@ class OIDCAuthenticator:
     def _user(self, claims: dict) -> UserInfo:
         if claims.get("iss") != self.issuer_url:
             raise TokenInvalid("token issuer does not match")
-        if self.client_id not in audiences_of(claims):
-            raise TokenInvalid(f"token audience does not contain the client ID {self.client_id!r}")
+        token_auds = audiences_of(claims)
+        if not any(a in token_auds for a in self.audiences):
+            raise TokenInvalid(f"oidc: expected audience in {list(self.audiences)}, got {token_auds}")
         now = self._clock()
         exp, nbf = claims.get("exp"), claims.get("nbf")
         if not isinstance(exp, (int, float)):
@@ -187,14 +244,15 @@ class OIDCAuthenticator:
             raise TokenInvalid("token is not valid yet")
         username = claims.get(self.username_claim)
         if not isinstance(username, str) or not username:
-            raise TokenInvalid(f"token has no string claim {self.username_claim!r} to take the username from")
+            raise TokenInvalid(f"oidc: parse username claims {self.username_claim!r}: claim not present or not "
+                               "a non-empty string")
         if self.username_claim == "email" and "email_verified" in claims:
             verified = claims["email_verified"]
             if not isinstance(verified, bool):
-                raise TokenInvalid("claim 'email_verified' must be a boolean")
+                raise TokenInvalid("oidc: parse 'email_verified' claim: must be a boolean")
             if not verified:
-                raise TokenInvalid(f"email {username!r} is not verified")
-        raw_groups = claims.get(self.groups_claim)
+                raise TokenInvalid("oidc: email not verified")
+        raw_groups = claims.get(self.groups_claim) if self.groups_claim else None
         if raw_groups is None:
             groups: list[str] = []
         elif isinstance(raw_groups, str):
@@ -203,8 +261,49 @@ class OIDCAuthenticator:
             groups = list(raw_groups)
         else:
             raise TokenInvalid(f"claim {self.groups_claim!r} must be a string or an array of strings")
-        return UserInfo(username=self.username_prefix + username,
-                        groups=tuple(self.groups_prefix + g for g in groups))
+        user = UserInfo(username=self.username_prefix + username,
+                        groups=tuple(self.groups_prefix + g for g in groups),
+                        extra=self._extras(claims))
+        self._validate_user(user)
+        return user
+
+    def _extras(self, claims: dict) -> dict[str, tuple[str, ...]]:
+        if not self._extra:
+            return {}
+        activation = {"claims": celpy.json_to_cel(claims)}
+        out: dict[str, tuple[str, ...]] = {}
+        for key, expr, program in self._extra:
+            try:
+                value = _cel_to_python(program.evaluate(activation))
+            except Exception as exc:  # celpy raises CELEvalError for a missing claim, among others
+                raise TokenInvalid(f"oidc: error evaluating extra claim expression {expr!r}: "
+                                   f"{_cel_error(exc)}") from None
+            if value is None:
+                continue
+            values = [value] if isinstance(value, str) else value
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                raise TokenInvalid(f"oidc: extra claim expression {expr!r} must give a string or a list of "
+                                   "strings")
+            if values:
+                out[key] = tuple(values)
+        return out
+
+    def _validate_user(self, user: UserInfo) -> None:
+        if not self._rules:
+            return
+        activation = {"user": celpy.json_to_cel({"username": user.username, "uid": user.uid,
+                                                 "groups": list(user.groups),
+                                                 "extra": {k: list(v) for k, v in user.extra.items()}})}
+        for expr, message, program in self._rules:
+            try:
+                ok = program.evaluate(activation)
+            except Exception as exc:
+                raise TokenInvalid(f"oidc: error evaluating user info validation rule {expr!r}: "
+                                   f"{_cel_error(exc)}") from None
+            if not isinstance(ok, (bool, celpy.celtypes.BoolType)):
+                raise TokenInvalid(f"oidc: user info validation rule {expr!r} did not give a boolean")
+            if not bool(ok):
+                raise TokenInvalid(f"oidc: error evaluating user info validation rule: {message}")
 
     async def _candidate_keys(self, kid: str | None) -> list[jwk.JWK]:
         keys = self._matching(kid)
@@ -242,3 +341,15 @@ class OIDCAuthenticator:
             finally:
                 self._generation += 1
             self._keys = keys
+
+
+def _cel_error(exc: Exception) -> str:
+    args = getattr(exc, "args", ())
+    return str(args[0]) if args else type(exc).__name__
+
+
+def deckhouse_dex_authenticator(issuer_url: str, **kwargs) -> OIDCAuthenticator:
+    """kube-apiserver's authenticator of Dex tokens as Deckhouse configures it (see the module docstring)."""
+    return OIDCAuthenticator(issuer_url, DECKHOUSE_AUDIENCES, username_claim="email", username_prefix="",
+                             groups_claim="groups", groups_prefix="", extra=DECKHOUSE_EXTRA,
+                             user_validation_rules=DECKHOUSE_USER_VALIDATION_RULES, **kwargs)
