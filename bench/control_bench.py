@@ -76,7 +76,7 @@ async def bench_join(runs: int, workdir: pathlib.Path) -> dict:
             if a.api.get("deckhouse.io", "projects", "p") is None:
                 for c in (a, b):
                     c.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "p"}})
-                    c.api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "Project", "metadata": {"name": "p"}})
+                    c.api.create({"apiVersion": "deckhouse.io/v1alpha3", "kind": "Project", "metadata": {"name": "p"}})
                 await wait_for(lambda: all(any(p["name"] == "p" for p in
                                                (clusterpeer(b, f"a-{j}")["status"].get("peer") or {}).get("projects")
                                                or []) for j in range(runs)), 60, "project p in every offer")
@@ -102,7 +102,7 @@ def seed_scale(cluster, projects: int, capabilities: int) -> None:
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "consumers"}})
     for i in range(projects):
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"proj-{i}"}})
-        api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "Project", "metadata": {"name": f"proj-{i}"}})
+        api.create({"apiVersion": "deckhouse.io/v1alpha3", "kind": "Project", "metadata": {"name": f"proj-{i}"}})
     for i in range(capabilities):
         api.create({"apiVersion": API_VERSION, "kind": "PeeringCapability", "metadata": {"name": f"cap-{i}"},
                     "spec": {"version": "v1",

@@ -307,7 +307,11 @@ def readiness(state: PeeringState, now: datetime | None = None) -> Readiness:
             ),
         )
     if state.credentials == "complete":
-        return Readiness(ACTIVE, _active_ready(state))
+        ready = _active_ready(state)
+        if state.projects_absent is not None:
+            ready = Cond(ready.status, ready.reason, f"{ready.message}; projects cannot pair: {state.projects_absent}"
+                         if ready.message else f"projects cannot pair: {state.projects_absent}")
+        return Readiness(ACTIVE, ready)
 
     if state.spec_error is not None:
         reason, message = state.spec_error
@@ -372,6 +376,4 @@ def _active_ready(state: PeeringState) -> Cond:
         return Cond("False", te.reason, te.message)
     if not state.has_peer_offer:
         return Cond("False", AWAITING_OFFER, "waiting for the peer's first offer")
-    if state.projects_absent is not None:
-        return Cond("True", PEERING_READY, f"the peering works, but projects cannot pair: {state.projects_absent}")
     return Cond("True", PEERING_READY, "the peering works")

@@ -81,12 +81,39 @@ def ready(status, reason, message="m", observed=1):
         (ProviderObservation(issuer_published=False), "False", "AwaitingIssuer"),
         # An API refusal outranks everything: nothing else can be known.
         (ProviderObservation(api_error="403", issuer_published=False, ours=False), "False", "ProviderRejected"),
+        # No TokenExchangeProvider API at all (user-authn without the feature).
+        (ProviderObservation(api_absent="the API server does not serve tokenexchangeproviders.deckhouse.io"),
+         "False", "ProviderRejected"),
+        # Ready per user-authn, but the gateway saw Dex fail the last exchange: still ProviderReady, with why.
+        (ProviderObservation(obj=provider(ready("True", "ProviderReady")),
+                             exchange_failure=("TokenExchangeMisconfigured", "trustedPeers")), "True", "ProviderReady"),
     ],
 )
 def test_token_exchange_condition(obs, status, reason):
     got = c.token_exchange_condition(obs)
     assert (got.status, got.reason) == (status, reason)
     assert got.message
+
+
+def test_an_absent_api_and_a_failed_exchange_say_what_is_wrong():
+    absent = c.token_exchange_condition(ProviderObservation(api_absent="the API server does not serve "
+                                                                       "tokenexchangeproviders.deckhouse.io"))
+    assert "tokenexchangeproviders.deckhouse.io" in absent.message and "invites, joins" in absent.message
+    failed = c.token_exchange_condition(ProviderObservation(
+        obj=provider(ready("True", "ProviderReady")), exchange_failure=("TokenExchangeMisconfigured", "no trust")))
+    assert "TokenExchangeMisconfigured" in failed.message and "no trust" in failed.message
+
+
+def test_without_the_project_api_ready_says_projects_cannot_pair_whatever_else_it_says():
+    note = "the API server does not serve projects.deckhouse.io"
+    works = c.readiness(PeeringState("Join", credentials="complete", has_peer_offer=True, projects_absent=note), NOW)
+    assert (works.ready.status, works.ready.reason) == ("True", "PeeringReady")
+    assert works.ready.message == f"the peering works; projects cannot pair: {note}"
+    rejected = c.readiness(PeeringState("Join", credentials="complete", has_peer_offer=True, projects_absent=note,
+                                        token_exchange=Cond("False", "ProviderRejected", "no provider API")), NOW)
+    assert rejected.ready.reason == "ProviderRejected" and note in rejected.ready.message
+    pending = c.readiness(PeeringState("Join", projects_absent=note), NOW)
+    assert note not in pending.ready.message  # only an established peering pairs projects
 
 
 def test_user_authn_message_is_passed_as_is():

@@ -31,7 +31,7 @@ def _setup(cluster) -> None:
     for ns in ("consumer", PROJECT):
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "app", "namespace": "consumer"}})
-    api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "Project", "metadata": {"name": PROJECT}})
+    api.create({"apiVersion": "deckhouse.io/v1alpha3", "kind": "Project", "metadata": {"name": PROJECT}})
     api.create({"apiVersion": API_VERSION, "kind": "PeeringCapability", "metadata": {"name": CAP},
                 "spec": {"version": "v1", "consumers": [{"kind": "ServiceAccount", "namespace": "consumer",
                                                          "name": "app"}],
@@ -211,7 +211,7 @@ async def test_a_pair_goes_when_a_side_loses_the_project_and_comes_back_with_it(
     await until_equal(lambda: _status(a, "to-b").get("grants"), [{"capability": CAP, "namespaces": []}])
     await until(lambda: a.api.get("rbac.authorization.k8s.io", "roles", f"d8:peering:to-b:{CAP}", PROJECT) is None,
                 what="the Role of the lost pair gone")
-    b.api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "Project", "metadata": {"name": PROJECT}})
+    b.api.create({"apiVersion": "deckhouse.io/v1alpha3", "kind": "Project", "metadata": {"name": PROJECT}})
     await until_equal(lambda: (_project_peer(a, "to-b").get("status") or {}).get("state"), "Paired")
     await until_equal(lambda: _status(a, "to-b").get("grants"), paired)
 

@@ -26,7 +26,7 @@ def _setup(cluster) -> None:
     api = cluster.api
     for ns in ("consumer", PROJECT):
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "Project", "metadata": {"name": PROJECT}})
+    api.create({"apiVersion": "deckhouse.io/v1alpha3", "kind": "Project", "metadata": {"name": PROJECT}})
     consumers = [{"kind": "ServiceAccount", "namespace": "consumer", "name": "app"}]
     api.create({"apiVersion": API_VERSION, "kind": "PeeringCapability", "metadata": {"name": CAP},
                 "spec": {"version": "v1", "consumers": consumers,
@@ -116,7 +116,7 @@ async def test_an_offer_of_absurd_size_is_refused_and_the_previous_offer_kept(la
         b.api.create({"apiVersion": "v1", "kind": "Namespace",
                       "metadata": {"name": "huge" if i == 0 else f"huge-{i}",
                                    "labels": {"projects.deckhouse.io/project": "huge"}}})
-    b.api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "Project", "metadata": {"name": "huge"}})
+    b.api.create({"apiVersion": "deckhouse.io/v1alpha3", "kind": "Project", "metadata": {"name": "huge"}})
     try:
         await until_equal(lambda: ready(clusterpeer(a, "to-b")), ("Active", "False", "OfferTooLarge"), timeout=20)
         assert "more than 1000" in condition(clusterpeer(a, "to-b"), "Ready")["message"]
