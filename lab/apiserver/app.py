@@ -16,12 +16,12 @@ import secrets
 import ssl
 import tempfile
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterable
 
 import yaml
 from aiohttp import web
 
-from lab.apiserver import discovery, errors, events, patch, protobuf, table, validation
+from lab.apiserver import conversion, discovery, errors, events, patch, protobuf, table, validation
 from lab.apiserver.authcache import AuthCache
 from lab.apiserver.auth import rbac, reviews, sensitive
 from lab.apiserver.auth.authn import Authenticator
@@ -210,7 +210,7 @@ class ApiServer:
 
     def __init__(self, *, name: str, crd_paths: list[pathlib.Path], serving_cert_pem: bytes, serving_key_pem: bytes,
                  client_ca_pem: bytes, issuer_url: str | None = None, oidc=(), bookmark_interval: float = 60.0,
-                 history: int = 1000, watch_queue: int = 1000) -> None:
+                 history: int = 1000, watch_queue: int = 1000, without_crds: Iterable[str] = ()) -> None:
         self.name = name
         self.url = ""
         self.port = 0
@@ -236,19 +236,30 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._watchers: set = set()
         self._stopping = False
+        # Aggregated APIs whose backend is down: group -> versions (see add_unavailable_api).
+        self.unavailable_apis: dict[str, list[str]] = {}
+        self.store.listeners.append(self._close_watches_of_removed_crds)
         for ns in DEFAULT_NAMESPACES:
             self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         for obj in rbac.bootstrap_objects():
             self.create(obj)
-        loaded: set[str] = set()
+        # Every CRD this server knows, installed at start unless left out; install_crd adds one later.
+        self.crd_documents: dict[str, dict] = {}
         for path in [LAB_CRDS, *[pathlib.Path(p) for p in crd_paths]]:
             for doc in _load_yaml_documents(path):
                 if doc.get("kind") != "CustomResourceDefinition":
                     continue
-                if doc["metadata"]["name"] in loaded:
+                if doc["metadata"]["name"] in self.crd_documents:
                     raise ValueError(f"CRD {doc['metadata']['name']} is given twice (again in {path}); pass each "
                                      "CRD file once")
-                loaded.add(doc["metadata"]["name"])
+                self.crd_documents[doc["metadata"]["name"]] = doc
+        left_out = set(without_crds)
+        unknown = sorted(left_out - set(self.crd_documents))
+        if unknown:
+            raise ValueError(f"cannot start without CRD {', '.join(unknown)}: no such CRD is loaded; name one of "
+                             f"{', '.join(sorted(self.crd_documents))}")
+        for crd_name, doc in self.crd_documents.items():
+            if crd_name not in left_out:
                 self.create(doc)
 
     # ------------------------------------------------------------ lifecycle
@@ -283,6 +294,52 @@ class ApiServer:
         """Trust another OIDC issuer for bearer tokens (the lab's Dex starts after the API server)."""
         self._oidc.append(authenticator)
 
+    # ------------------------------------------------------------ what is served, changed at run time
+
+    def install_crd(self, name: str) -> dict:
+        """Create one of the known CRDs (e.g. one left out at start) while the server runs; clients see it in
+        discovery at once, as after `kubectl apply` of the CRD. 409 if it is installed already."""
+        doc = self.crd_documents.get(name)
+        if doc is None:
+            raise ValueError(f"no CRD {name!r} is known to this server; name one of "
+                             f"{', '.join(sorted(self.crd_documents))}")
+        return self.create(doc)
+
+    def crd_installed(self, name: str) -> bool:
+        return self.store.get(CRD_KEY, None, name) is not None
+
+    def add_unavailable_api(self, group: str, version: str = "v1beta1") -> None:
+        """Register an aggregated API (an APIService) whose backend does not answer, as kube-aggregator shows it:
+        `/apis` lists the group, aggregated discovery lists the version as Stale with no resources, and every
+        request under `/apis/<group>/<version>` (after authentication and authorization) is 503
+        "service unavailable" in plain text."""
+        if not group or "." not in group:
+            raise ValueError(f"API group {group!r}: an aggregated API's group is a DNS name such as metrics.k8s.io")
+        if self.registry.versions(group):
+            raise ValueError(f"API group {group!r} is served here already (by a CRD or a built-in); choose another")
+        versions = self.unavailable_apis.setdefault(group, [])
+        if version not in versions:
+            versions.append(version)
+
+    def remove_unavailable_api(self, group: str, version: str | None = None) -> None:
+        """Take an unavailable API away again (one version, or the whole group)."""
+        versions = self.unavailable_apis.get(group, [])
+        if version is None:
+            versions.clear()
+        elif version in versions:
+            versions.remove(version)
+        if not versions:
+            self.unavailable_apis.pop(group, None)
+
+    def _unavailable(self, group: str, version: str) -> bool:
+        return version in self.unavailable_apis.get(group, ())
+
+    def _close_watches_of_removed_crds(self, key, ev) -> None:
+        # A deleted CRD takes its resource's watch streams with it: they end, as kube-apiserver closes them.
+        if key == CRD_KEY and ev.type == "DELETED":
+            spec = (ev.old or ev.obj).get("spec") or {}
+            self.store.close_watchers((spec.get("group", ""), (spec.get("names") or {}).get("plural", "")))
+
     # ------------------------------------------------------------ in-process access (no HTTP, no auth)
 
     def list_objects(self, group: str, plural: str, namespace: str | None) -> list[dict]:
@@ -303,7 +360,10 @@ class ApiServer:
         return info
 
     def _stored_form(self, group: str, plural: str):
-        """The store key of a resource, and how to show its stored objects (events.k8s.io are core events)."""
+        """The store key of a resource, and how to show its stored objects (events.k8s.io are core events).
+
+        A resource that is not served (its CRD not installed) is 404, as it is over HTTP."""
+        self._info(group, plural)
         if group == events.EVENTS_GROUP and plural == "events":
             return events.CORE_KEY, events.from_core
         return (group, plural), copy.deepcopy
@@ -346,8 +406,8 @@ class ApiServer:
         try:
             while True:
                 item = await w.queue.get()
-                if self._stopping:
-                    return   # the server stops: the stream ends, as a connection closed by kube-apiserver
+                if self._stopping or (item is None and w.closed):
+                    return   # the server stops or the CRD went: the stream ends, as kube-apiserver closes it
                 if item is None or w.overflowed:
                     raise errors.gone("the watch fell too far behind and was closed; list again and watch from "
                                       "the new resourceVersion")
@@ -424,6 +484,12 @@ class ApiServer:
             decision = self.authorize(user, attrs)
             if not decision.allowed:
                 raise rbac.forbidden(user, attrs, "")
+        if self.unavailable_apis:
+            parts = path.split("/")
+            if len(parts) >= 4 and parts[1] == "apis" and self._unavailable(parts[2], parts[3]):
+                # kube-aggregator's proxy for an APIService that is not Available: plain text, not a Status.
+                return web.Response(status=503, text="service unavailable\n", charset="utf-8",
+                                    content_type="text/plain", headers={"X-Content-Type-Options": "nosniff"})
         _check_accept(request.headers.get("Accept", ""))
         if not info.resource_request:
             return await self._non_resource(request, info)
@@ -451,9 +517,10 @@ class ApiServer:
             return _json_response(discovery.api_versions(f"127.0.0.1:{self.port}"))
         if path == "/apis":
             if discovery.wants_aggregated(accept):
-                return web.Response(body=_dump(discovery.aggregated(self.registry, legacy=False)),
+                return web.Response(body=_dump(discovery.aggregated(self.registry, legacy=False,
+                                                                    unavailable=self.unavailable_apis)),
                                     headers={"Content-Type": discovery.AGGREGATED_CONTENT_TYPE})
-            return _json_response(discovery.api_group_list(self.registry))
+            return _json_response(discovery.api_group_list(self.registry, self.unavailable_apis))
         parts = [p for p in path.split("/") if p]
         if not parts:
             paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v3", "/readyz", "/version",
@@ -461,13 +528,15 @@ class ApiServer:
             for g in self.registry.groups():
                 if g:
                     paths += [f"/apis/{g}"] + [f"/apis/{g}/{v}" for v in self.registry.versions(g)]
+            for g, versions in self.unavailable_apis.items():
+                paths += [f"/apis/{g}"] + [f"/apis/{g}/{v}" for v in versions]
             return _json_response({"paths": sorted(paths)})
         if parts[0] == "api" and len(parts) == 2:
             doc = discovery.resource_list(self.registry, "", parts[1])
             if doc:
                 return _json_response(doc)
         if parts[0] == "apis" and len(parts) == 2:
-            doc = discovery.api_group(self.registry, parts[1])
+            doc = discovery.api_group(self.registry, parts[1], self.unavailable_apis)
             if doc:
                 return _json_response(doc)
         if parts[0] == "apis" and len(parts) == 3:
@@ -512,6 +581,8 @@ class ApiServer:
         def present(obj: dict) -> dict:
             if res.storage == events.CORE_KEY:
                 obj = events.from_core(obj, res.version)
+            elif res.custom:
+                obj = conversion.to_version(res, obj)
             elif obj.get("apiVersion") not in (None, api_version):
                 obj = dict(obj, apiVersion=api_version)
             return sensitive.mask(obj, paths) if must_mask else obj
@@ -708,6 +779,8 @@ class ApiServer:
         stored = existing = self.store.get(res.key, ns, info.name)
         if existing is not None and res.storage == events.CORE_KEY:
             existing = events.from_core(existing, res.version)   # patches apply to the form the client sees
+        elif existing is not None:
+            existing = conversion.to_version(res, existing)
         fv = self._field_validation(query)
         dry = self._dry_run(query)
         if ctype == patch.APPLY_YAML:
@@ -920,6 +993,8 @@ class ApiServer:
                         if request.transport is None or request.transport.is_closing():
                             break
                         continue
+                if item is None and w.closed:
+                    break   # the resource's CRD was deleted: the stream ends without an error event
                 if item is None or w.overflowed:
                     if not self._stopping:
                         await resp.write(_dump({"type": "ERROR", "object": errors.gone(

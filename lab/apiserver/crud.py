@@ -11,7 +11,7 @@ import secrets
 import uuid
 from datetime import datetime, timezone
 
-from lab.apiserver import errors, events, validation
+from lab.apiserver import conversion, errors, events, validation
 from lab.apiserver.auth import sensitive
 from lab.apiserver.resources import Registry, ResourceInfo, resources_of_crd
 from lab.apiserver.store import Store
@@ -227,7 +227,7 @@ class Objects:
             obj.pop("status", None)   # a create cannot set status when status is a subresource
         obj = sensitive.restore(obj, None, list(info.sensitive_paths)) if info.sensitive_paths else obj
         obj, warnings = validation.validate(info, obj, None, field_validation)
-        obj = self._kind_rules(info, obj, None)
+        obj = conversion.to_storage(info, self._kind_rules(info, obj, None))
         if self.store.get(info.key, namespace, meta["name"]) is not None:
             raise errors.already_exists(info.group, info.plural, meta["name"])
         if dry_run:
@@ -249,9 +249,11 @@ class Objects:
         obj = self._normalise(info, obj, namespace)
         if info.namespaced:
             self._check_namespace(info, namespace, creating=False)
-        old = existing if existing is not None else self.store.get(info.key, namespace, name)
-        if old is None:
+        stored = existing if existing is not None else self.store.get(info.key, namespace, name)
+        if stored is None:
             raise errors.not_found(info.group, info.plural, name)
+        # The write starts from the stored object as the version it is made through shows it.
+        old = conversion.to_version(info, stored)
         meta = obj["metadata"]
         if meta.get("name") and meta["name"] != name:
             raise errors.bad_request(f'the name of the object ({meta["name"]}) does not match the name on the URL '
@@ -297,17 +299,17 @@ class Objects:
         if info.sensitive_paths:
             new = sensitive.restore(new, old, list(info.sensitive_paths))
         new, warnings = validation.validate(info, new, old, field_validation)
-        new = self._kind_rules(info, new, old)
-        if info.has_generation and subresource != "status" and _spec_part(info, new) != _spec_part(info, old):
+        new = conversion.to_storage(info, self._kind_rules(info, new, old))
+        if info.has_generation and subresource != "status" and _spec_part(info, new) != _spec_part(info, stored):
             new["metadata"]["generation"] = int(old_meta.get("generation") or 1) + 1
-        if new == old:
-            return old, warnings   # a no-op write stores nothing and sends no event, as kube-apiserver
+        if new == stored:
+            return stored, warnings   # a no-op write stores nothing and sends no event, as kube-apiserver
         if dry_run:
             return new, warnings
         if old_meta.get("deletionTimestamp") and not new["metadata"].get("finalizers") and (
                 info.key != NAMESPACE_KEY or not (new.get("spec") or {}).get("finalizers")):
             return self.store.remove(info.key, new), warnings
-        return self.store.put(info.key, new, old), warnings
+        return self.store.put(info.key, new, stored), warnings
 
     # ------------------------------------------------------------ delete
 

@@ -29,8 +29,9 @@ def _storage_hash(info: ResourceInfo) -> str:
     return hashlib.sha256(f"{info.group}/{info.version}/{info.plural}".encode()).hexdigest()[:16]
 
 
-def _group_versions(registry: Registry, group: str) -> list[dict]:
-    return [{"groupVersion": f"{group}/{v}", "version": v} for v in registry.versions(group)]
+def _group_versions(registry: Registry, group: str, unavailable: dict[str, list[str]] | None = None) -> list[dict]:
+    versions = registry.versions(group) or list((unavailable or {}).get(group, ()))
+    return [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
 
 
 def api_versions(server_address: str) -> dict:
@@ -38,20 +39,22 @@ def api_versions(server_address: str) -> dict:
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]}
 
 
-def api_group(registry: Registry, group: str) -> dict | None:
-    versions = _group_versions(registry, group)
+def api_group(registry: Registry, group: str, unavailable: dict[str, list[str]] | None = None) -> dict | None:
+    """A group's versions; an unavailable aggregated API's group is listed as well (kube-aggregator knows its
+    versions from the APIService objects, whether or not their backend answers)."""
+    versions = _group_versions(registry, group, unavailable)
     if not versions:
         return None
     return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": versions,
             "preferredVersion": versions[0]}
 
 
-def api_group_list(registry: Registry) -> dict:
+def api_group_list(registry: Registry, unavailable: dict[str, list[str]] | None = None) -> dict:
     groups = []
-    for g in registry.groups():
+    for g in registry.groups() + [g for g in (unavailable or {}) if g not in registry.groups()]:
         if g == "":
             continue
-        doc = api_group(registry, g)
+        doc = api_group(registry, g, unavailable)
         if doc:
             doc = dict(doc)
             doc.pop("kind")
@@ -105,16 +108,24 @@ def _aggregated_resource(info: ResourceInfo) -> dict:
     return entry
 
 
-def aggregated(registry: Registry, legacy: bool) -> dict:
-    """apidiscovery.k8s.io/v2 APIGroupDiscoveryList: for /api (core only) or /apis (every other group)."""
+def aggregated(registry: Registry, legacy: bool, unavailable: dict[str, list[str]] | None = None) -> dict:
+    """apidiscovery.k8s.io/v2 APIGroupDiscoveryList: for /api (core only) or /apis (every other group).
+
+    An unavailable aggregated API is listed with freshness Stale and no resources, as kube-aggregator's
+    discovery manager publishes a version whose backend it could not reach; clients report that group version
+    as failed and keep the rest."""
     items = []
+    unavailable = {} if legacy else (unavailable or {})
     groups = [""] if legacy else [g for g in registry.groups() if g != ""]
+    groups += [g for g in unavailable if g not in groups]
     for g in groups:
         versions = []
         for v in registry.versions(g):
             versions.append({"version": v, "freshness": "Current",
                              "resources": [_aggregated_resource(i) for i in
                                            sorted(registry.resources(g, v), key=lambda i: i.plural)]})
+        for v in unavailable.get(g, ()):
+            versions.append({"version": v, "freshness": "Stale"})
         if versions:
             meta = {"creationTimestamp": None}
             if g:

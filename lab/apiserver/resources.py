@@ -31,6 +31,8 @@ class ResourceInfo:
     has_generation: bool = False  # metadata.generation is kept (custom resources and CRDs)
     sensitive_paths: tuple[tuple[str, ...], ...] = ()
     storage_version: str = ""
+    # The storage version's schema (served or not): what an object is pruned to when it is stored.
+    storage_schema: dict | None = None
     # Where the objects live when another resource holds them (events.k8s.io events are core events).
     storage: tuple[str, str] | None = None
 
@@ -42,6 +44,11 @@ class ResourceInfo:
     def key(self) -> tuple[str, str]:
         """Objects of every served version of a resource share one store, keyed by group and plural."""
         return self.storage or (self.group, self.plural)
+
+    @property
+    def converts(self) -> bool:
+        """Objects are stored in another version than this one (a custom resource with several versions)."""
+        return self.custom and self.version != self.storage_version
 
     @property
     def create_only(self) -> bool:
@@ -108,12 +115,13 @@ def resources_of_crd(crd: dict, sensitive_paths=None) -> list[ResourceInfo]:
     spec = crd["spec"]
     names = spec["names"]
     storage = next((v["name"] for v in spec["versions"] if v.get("storage")), spec["versions"][0]["name"])
+    open_schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    schemas = {v["name"]: (v.get("schema") or {}).get("openAPIV3Schema") or open_schema for v in spec["versions"]}
     out = []
     for v in spec["versions"]:
         if not v.get("served", True):
             continue
-        schema = (v.get("schema") or {}).get("openAPIV3Schema") or {"type": "object",
-                                                                      "x-kubernetes-preserve-unknown-fields": True}
+        schema = schemas[v["name"]]
         subs = {}
         if "status" in (v.get("subresources") or {}):
             subs["status"] = _STATUS_VERBS
@@ -127,7 +135,7 @@ def resources_of_crd(crd: dict, sensitive_paths=None) -> list[ResourceInfo]:
             subresources=subs, schema=schema, printer_columns=default_printer_columns(v), custom=True,
             has_generation=True,
             sensitive_paths=tuple(tuple(p) for p in (sensitive_paths(schema) if sensitive_paths else ())),
-            storage_version=storage,
+            storage_version=storage, storage_schema=schemas[storage],
         ))
     return out
 

@@ -35,6 +35,8 @@ class Watcher:
         self.queue: asyncio.Queue[tuple[str, dict]] = asyncio.Queue(maxsize)
         # A watcher that falls a whole queue behind is dropped with an Expired error rather than stall writers.
         self.overflowed = False
+        # The resource stopped being served (its CRD was deleted): the stream ends once its queue is drained.
+        self.closed = False
 
     def _visible(self, obj: dict | None) -> bool:
         if obj is None:
@@ -225,6 +227,19 @@ class Store:
             w.queue.put_nowait(item)
         c.watchers.add(w)
         return w
+
+    def close_watchers(self, key: tuple[str, str]) -> None:
+        """End every watch of a resource after the events already queued (its CRD went away)."""
+        c = self._collections.get(key)
+        if not c:
+            return
+        for w in list(c.watchers):
+            try:
+                w.queue.put_nowait(None)
+                w.closed = True
+            except asyncio.QueueFull:
+                w.overflowed = True
+        c.watchers.clear()
 
     def unwatch(self, key: tuple[str, str], w: Watcher) -> None:
         c = self._collections.get(key)

@@ -131,21 +131,29 @@ def _preserves(schema: dict) -> bool:
     return bool(schema.get("x-kubernetes-preserve-unknown-fields"))
 
 
+_EMBEDDED_KEYS = ("apiVersion", "kind", "metadata")
+
+
 def prune(value, schema: dict, path: str, unknown: list[str], top: bool = False):
-    """Drop fields the schema does not declare (recording their paths), as kube-apiserver's pruning does."""
+    """Drop fields the schema does not declare (recording their paths), as kube-apiserver's pruning does.
+
+    An object where the schema declares no properties (or a scalar) loses every field unless the schema
+    preserves unknown fields, exactly as structural pruning treats it.
+    """
     if not isinstance(schema, dict):
         return value
     if isinstance(value, dict):
-        props = schema.get("properties")
+        props = schema.get("properties") or {}
         addl = schema.get("additionalProperties")
-        if props is None and addl is None:
+        if not props and addl is None and _preserves(schema):
             return value
+        embedded = top or schema.get("x-kubernetes-embedded-resource")
         out = {}
         for k, v in value.items():
             sub = f"{path}.{k}" if path else k
-            if top and k in ("apiVersion", "kind", "metadata"):
+            if embedded and k in _EMBEDDED_KEYS:
                 out[k] = v
-            elif props and k in props:
+            elif k in props:
                 out[k] = prune(v, props[k], sub, unknown)
             elif isinstance(addl, dict):
                 out[k] = prune(v, addl, sub, unknown)
@@ -309,7 +317,34 @@ def _error_to_cause(err: jsonschema.ValidationError) -> dict:
     return invalid_cause(field, inst, err.message)
 
 
-def schema_problems(obj: dict, schema: dict) -> list[dict]:
+_ABSENT = object()
+
+
+def _at(value, keys):
+    for k in keys:
+        if not isinstance(value, dict) or k not in value:
+            return _ABSENT
+        value = value[k]
+    return value
+
+
+def _ratcheted(err: jsonschema.ValidationError, new: dict, old: dict) -> bool:
+    """Validation ratcheting (on by default since Kubernetes 1.30): an error inside a value that the update left
+    unchanged is not reported. Values correlate with the old object through object fields only; atomic lists
+    are compared whole, so the walk stops at the first list index. `required` is always reported."""
+    if err.validator == "required":
+        return False
+    keys = []
+    for part in err.absolute_path:
+        if isinstance(part, int):
+            break
+        keys.append(part)
+    before = _at(old, keys)
+    return before is not _ABSENT and before == _at(new, keys)
+
+
+def schema_problems(obj: dict, schema: dict, old: dict | None = None) -> list[dict]:
+    """OpenAPI errors of `obj`; with `old` (an update), errors in values it did not change are ratcheted away."""
     body = {k: v for k, v in obj.items() if k != "metadata"}
     sch = dict(schema)
     if "properties" in sch:
@@ -320,6 +355,8 @@ def schema_problems(obj: dict, schema: dict) -> list[dict]:
             del sch["required"]
     validator = _validator(json.dumps(sch, sort_keys=True))
     errs = sorted(validator.iter_errors(body), key=lambda e: list(map(str, e.absolute_path)))
+    if old is not None:
+        errs = [e for e in errs if not _ratcheted(e, body, old)]
     return [_error_to_cause(e) for e in errs]
 
 
@@ -481,7 +518,7 @@ def validate(info: ResourceInfo, obj: dict, old: dict | None, field_validation: 
             if field_validation == "Warn":
                 warnings += [f'unknown field "{u}"' for u in unknown]
         apply_defaults(obj, info.schema)
-        causes += schema_problems(obj, info.schema)
+        causes += schema_problems(obj, info.schema, old)
         causes += list_type_problems(obj, info.schema)
         if not causes:
             causes += cel_problems(_cel_view(obj), info.schema, _cel_view(old) if old else _MISSING)
