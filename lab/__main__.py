@@ -5,7 +5,10 @@
     python -m lab serve --clusters a,b --dir DIR  the same clusters in the foreground (what `up` runs)
 
 `--no-peering` starts the clusters without the peering process; `--peering-arg=FLAG` (repeatable) passes one
-more flag to `peering run`.
+more flag to `peering run`. `--without-crd NAME` (repeatable) starts every cluster without that CRD, e.g.
+`projects.deckhouse.io` (no multitenancy-manager) or `tokenexchangeproviders.deckhouse.io` (a user-authn
+without the feature); `--without-crd CLUSTER:NAME` leaves it out of one cluster only. Installing the CRD later
+(`kubectl apply` of lab/apiserver/crds/*.yaml) makes the API appear while everything runs.
 
 `up` writes DIR/lab.json (per cluster: uuid, resolver map, CA bundles, file paths), DIR/<cluster>/kubeconfig for
 a cluster-admin (`kubectl --kubeconfig DIR/a/kubeconfig get namespaces`), DIR/lab.pid and logs in DIR/lab.log
@@ -25,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from lab.cluster import ROOT, Lab, check_cluster_name, default_peering_command
+from lab.cluster import ROOT, Lab, check_cluster_name, check_crd_names, default_peering_command
 
 log = logging.getLogger("lab")
 
@@ -77,6 +80,32 @@ def _clusters(value: str) -> list[str]:
     return names
 
 
+def _without_crd(value: str) -> str:
+    """NAME or CLUSTER:NAME, checked against the CRDs the lab installs."""
+    cluster, sep, name = value.rpartition(":")
+    try:
+        if sep:
+            check_cluster_name(cluster)
+        check_crd_names([name])
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
+def without_crds(values: list[str], clusters: list[str]) -> dict[str, list[str]]:
+    """The CRDs each cluster starts without, from --without-crd values (NAME for all, CLUSTER:NAME for one)."""
+    out: dict[str, list[str]] = {c: [] for c in clusters}
+    for value in values:
+        cluster, sep, name = value.rpartition(":")
+        if sep and cluster not in out:
+            raise ValueError(f"--without-crd {value}: there is no cluster {cluster!r} (clusters: "
+                             f"{', '.join(clusters)})")
+        for c in ([cluster] if sep else clusters):
+            if name not in out[c]:
+                out[c].append(name)
+    return out
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     d = pathlib.Path(args.dir).resolve()
     d.mkdir(parents=True, exist_ok=True)
@@ -84,11 +113,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     if pid is not None and _is_lab_process(pid):
         print(f"a lab already runs from {d} (pid {pid}); stop it with: python -m lab down --dir {d}", file=sys.stderr)
         return 1
+    try:
+        without_crds(args.without_crd, args.clusters)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     (d / "lab.json").unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "lab", "serve", "--clusters", ",".join(args.clusters), "--dir", str(d)]
     if args.no_peering:
         cmd.append("--no-peering")
     cmd += [f"--peering-arg={a}" for a in args.peering_arg]
+    cmd += [f"--without-crd={n}" for n in args.without_crd]
     with open(d / "lab.log", "ab") as logf:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd=str(ROOT),
                                 start_new_session=True)
@@ -160,7 +195,8 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    lab = Lab(d, args.clusters, peering_command=None if args.no_peering else with_extra_args(args.peering_arg))
+    lab = Lab(d, args.clusters, peering_command=None if args.no_peering else with_extra_args(args.peering_arg),
+              without_crds=without_crds(args.without_crd, args.clusters))
     start = asyncio.ensure_future(lab.start())
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait([start, stopped], return_when=asyncio.FIRST_COMPLETED)
@@ -197,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--no-peering", action="store_true", help="do not start the peering process")
         p.add_argument("--peering-arg", action="append", default=[], metavar="FLAG",
                        help="one more flag for `peering run`, e.g. --peering-arg=--log-level=debug (repeatable)")
+        p.add_argument("--without-crd", action="append", default=[], type=_without_crd, metavar="[CLUSTER:]NAME",
+                       help="start without this CRD, e.g. projects.deckhouse.io; CLUSTER:NAME for one cluster only "
+                            "(repeatable)")
         p.add_argument("--timeout", type=float, default=UP_TIMEOUT, help="seconds to wait for readiness")
     p = sub.add_parser("down")
     p.add_argument("--dir", required=True)

@@ -11,6 +11,10 @@ chooses; the names resolve through the lab's resolver map (`resolve_map()`), so 
 | `peering-gateway.c.lab` | a TCP passthrough (the LoadBalancer) to the peering process's entrance |
 | `peering-gateway.d8-peering.svc` | a TCP passthrough (the Service) to the egress; per cluster, so only in its own map |
 
+Every cluster signs its ServiceAccount tokens with its own key under the same issuer URL,
+`https://kubernetes.default.svc.cluster.local`, as every default Deckhouse cluster does: nothing may tell
+clusters apart by issuer.
+
 The passthroughs and the ingress listen before the peering process starts, so every cluster's resolver map is
 complete before any peering process needs it, whatever order the clusters start in.
 
@@ -31,24 +35,37 @@ import secrets
 import signal
 import sys
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import aiohttp
 import yaml
 
-from lab import certs
+from lab import certs, multitenancy
 from lab.dex import Dex
 from lab.ingress import Ingress, TcpPassthrough
-from lab.userauthn import UserAuthn
+from lab.userauthn import (
+    KUBERNETES_CLIENT_ID,
+    MODULE_DEX_CLIENT_ID,
+    MODULE_DEX_CLIENT_NAME,
+    MODULE_DEX_CLIENT_SECRET_NAME,
+    UserAuthn,
+    dex_client_secret,
+    register_dex_client,
+)
 
 log = logging.getLogger(__name__)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODULE_CRDS = ROOT / "charts" / "peering" / "crds"
 CHART = ROOT / "charts" / "peering"
+LAB_CRDS = pathlib.Path(__file__).resolve().parent / "apiserver" / "crds"
 NAMESPACE = "d8-peering"
 EGRESS_HOST = "peering-gateway.d8-peering.svc"
-DEX_CLIENT_ID = "peering"
+# The module's Dex client, as user-authn makes it from the chart's DexClient `peering` (lab/userauthn.py).
+DEX_CLIENT_ID = MODULE_DEX_CLIENT_ID
+DEX_CLIENT_SECRET_NAME = MODULE_DEX_CLIENT_SECRET_NAME
+# Every default Deckhouse cluster's ServiceAccount issuer, so every lab cluster's (each with its own key).
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # The kinds of the chart the emulator serves; the rest (Deployment, Service, Ingress, ...) the lab plays itself.
 CHART_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 # The peering process gets a token that outlives any lab run.
@@ -127,6 +144,26 @@ def _ignore_exists(call: Callable[[], Any]) -> Any:
         return None
 
 
+def known_crds() -> list[str]:
+    """The CRDs a lab cluster installs at start: the lab's (Project, TokenExchangeProvider) and the module's."""
+    names = []
+    for path in sorted(LAB_CRDS.glob("*.yaml")) + sorted(MODULE_CRDS.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                names.append(doc["metadata"]["name"])
+    return names
+
+
+def check_crd_names(names) -> list[str]:
+    """The names as a list, each one a CRD the lab installs; ValueError naming the unknown ones otherwise."""
+    names = list(names)
+    known = known_crds()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown CRD {', '.join(unknown)}: name a CRD the lab installs, one of {', '.join(known)}")
+    return names
+
+
 def check_cluster_name(name: str) -> None:
     """A cluster name becomes a DNS label of its host names (`api.<name>.lab`)."""
     label = name.replace("-", "")
@@ -140,8 +177,11 @@ class LabCluster:
     """One lab cluster. `start()` starts it alone; `Lab` starts several that know each other's names."""
 
     def __init__(self, name: str, dir: os.PathLike | str, *, peering_command: PeeringCommand | None = default_peering_command,
-                 ready_timeout: float = READY_TIMEOUT) -> None:
+                 ready_timeout: float = READY_TIMEOUT, without_crds=()) -> None:
         check_cluster_name(name)
+        # CRDs this cluster starts without (e.g. projects.deckhouse.io: no multitenancy-manager); install_crd adds
+        # one later.
+        self.without_crds = check_crd_names(without_crds)
         self.ready_timeout = ready_timeout
         self.name = name
         self.dir = pathlib.Path(dir)
@@ -215,12 +255,13 @@ class LabCluster:
         self.api = ApiServer(
             name=self.name, crd_paths=crds, serving_cert_pem=self.pki.api.cert_pem,
             serving_key_pem=self.pki.api.key_pem, client_ca_pem=self.pki.client_ca.cert_pem,
+            issuer_url=SERVICE_ACCOUNT_ISSUER, without_crds=self.without_crds,
         )
         await self.api.start("127.0.0.1", 0)
         self.dex = Dex(self.dex_issuer, certs.server_ssl_context(self.pki.dex))
-        self.dex.add_client(DEX_CLIENT_ID, self.dex_client_secret)
-        # kube-apiserver's client; the peering client may ask for tokens with audience `kubernetes`.
-        self.dex.add_client("kubernetes", secrets.token_urlsafe(32), trusted_peers=[DEX_CLIENT_ID])
+        # kube-apiserver's client, then the module's, trusted by it (the DexClient's allow-access annotation).
+        self.dex.add_client(KUBERNETES_CLIENT_ID, secrets.token_urlsafe(32))
+        register_dex_client(self.dex, MODULE_DEX_CLIENT_NAME, NAMESPACE, self.dex_client_secret)
         await self.dex.start()
         self.ingress = Ingress(certs.join_host(self.name), certs.server_ssl_context(self.pki.ingress))
         await self.ingress.start()
@@ -232,16 +273,37 @@ class LabCluster:
         await self.seed()
 
     def _dex_authenticator(self) -> Any:
-        """kube-apiserver's OIDC flags as Deckhouse sets them: client id `kubernetes`, claims email and groups.
+        """kube-apiserver's `jwt` authenticator for Dex as Deckhouse's AuthenticationConfiguration renders it:
+        audience `kubernetes`, username from `email` and groups from `groups` without prefixes, extras from
+        `claims.name` (required), `preferred_username` and the connector id, and no `system:` user or group.
 
         The API server reaches Dex by its name, which resolves to Dex's loopback port, and trusts the public CA.
         """
         from gateway.resolve import OverrideResolver
-        from lab.apiserver.auth.oidc import OIDCAuthenticator
+        from lab.apiserver.auth.oidc import deckhouse_dex_authenticator
 
         resolver = OverrideResolver({certs.dex_host(self.name): f"127.0.0.1:{self.dex.port}"})
-        return OIDCAuthenticator(self.dex_issuer, "kubernetes", username_claim="email", groups_claim="groups",
-                                 ca_pem=self.pki.public_ca.cert_pem, resolver=resolver)
+        return deckhouse_dex_authenticator(self.dex_issuer, ca_pem=self.pki.public_ca.cert_pem, resolver=resolver)
+
+    # --- APIs that come and go ---
+
+    def install_crd(self, name: str) -> dict:
+        """Install a CRD the cluster started without (or that was deleted) while everything runs, as applying
+        it with kubectl would: discovery serves it at once and user-authn starts serving providers."""
+        obj = self.api.install_crd(name)
+        if name in self.without_crds:
+            self.without_crds.remove(name)
+        return obj
+
+    # --- multitenancy (lab/multitenancy.py) ---
+
+    def create_project(self, name: str, spec: dict | None = None) -> dict:
+        """Project `name` and its main namespace, as multitenancy-manager leaves them."""
+        return multitenancy.create_project(self.api, name, spec)
+
+    def add_project_namespace(self, project: str, suffix: str) -> str:
+        """Namespace `<project>-<suffix>`, Additional in the Project's status, as a ProjectNamespace makes it."""
+        return multitenancy.add_project_namespace(self.api, project, suffix)
 
     async def start_controllers(self) -> None:
         """user-authn, then the peering process, with `self.resolve` and `self.trusted_ca_pems` complete."""
@@ -358,10 +420,8 @@ class LabCluster:
         api.create({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "d8-cluster-uuid", "namespace": "kube-system"},
                     "data": {"cluster-uuid": self.uuid}})
-        api.create({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                    "metadata": {"name": "dex-client", "namespace": NAMESPACE},
-                    "data": {"clientID": base64.b64encode(DEX_CLIENT_ID.encode()).decode(),
-                             "clientSecret": base64.b64encode(self.dex_client_secret.encode()).decode()}})
+        # What user-authn writes for the chart's DexClient `peering`: the secret alone, the ID being derived.
+        api.create(dex_client_secret(MODULE_DEX_CLIENT_NAME, NAMESPACE, self.dex_client_secret))
         await self.install_chart_rbac()
         sa = api.get("", "serviceaccounts", "peering", NAMESPACE)
         if sa is None:
@@ -430,6 +490,9 @@ class LabCluster:
             "publicDomainTemplate": f"%s.{self.name}.lab",
             "apiServer": f"https://127.0.0.1:{self.api.port}",
             "dexIssuer": self.dex_issuer,
+            "dexClientID": DEX_CLIENT_ID,
+            "serviceAccountIssuer": SERVICE_ACCOUNT_ISSUER,
+            "withoutCRDs": list(self.without_crds),
             "resolve": self.resolve_map(),
             "caBundles": {
                 "public": self.pki.public_ca.cert_pem.decode(),
@@ -470,11 +533,20 @@ class Lab:
     """Several lab clusters that resolve and trust each other's public names."""
 
     def __init__(self, dir: os.PathLike | str, names: list[str], *, peering_command: PeeringCommand | None = default_peering_command,
-                 ready_timeout: float = READY_TIMEOUT) -> None:
+                 ready_timeout: float = READY_TIMEOUT, without_crds=()) -> None:
+        """without_crds: CRD names every cluster starts without, or a mapping of cluster name to such names."""
         if len(set(names)) != len(names) or not names:
             raise ValueError(f"cluster names {names!r}: give one or more distinct names")
+        if isinstance(without_crds, Mapping):
+            stray = sorted(set(without_crds) - set(names))
+            if stray:
+                raise ValueError(f"without_crds names cluster {', '.join(stray)}, which is not one of {names!r}")
+            per_cluster = {n: list(without_crds.get(n, ())) for n in names}
+        else:
+            per_cluster = {n: list(without_crds) for n in names}
         self.dir = pathlib.Path(dir)
-        self.clusters = {n: LabCluster(n, self.dir, peering_command=peering_command, ready_timeout=ready_timeout)
+        self.clusters = {n: LabCluster(n, self.dir, peering_command=peering_command, ready_timeout=ready_timeout,
+                                       without_crds=per_cluster[n])
                          for n in names}
 
     def __getitem__(self, name: str) -> LabCluster:

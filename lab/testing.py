@@ -38,9 +38,11 @@ KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
 @contextlib.asynccontextmanager
 async def lab_clusters(dir: pathlib.Path, names: list[str], *,
                        peering_command: PeeringCommand | None = default_peering_command,
-                       ready_timeout: float = READY_TIMEOUT) -> AsyncIterator[Lab]:
-    """Started clusters in this event loop; all stopped on exit, also when the body fails."""
-    lab = Lab(dir, names, peering_command=peering_command, ready_timeout=ready_timeout)
+                       ready_timeout: float = READY_TIMEOUT, without_crds=()) -> AsyncIterator[Lab]:
+    """Started clusters in this event loop; all stopped on exit, also when the body fails.
+
+    without_crds: CRD names every cluster starts without, or {cluster: names} (see `Lab`)."""
+    lab = Lab(dir, names, peering_command=peering_command, ready_timeout=ready_timeout, without_crds=without_crds)
     await lab.start()
     try:
         yield lab
@@ -73,11 +75,14 @@ class LabProcesses:
                               text=True, check=check, timeout=timeout)
 
 
-def lab_up(dir: pathlib.Path, names: list[str], *, peering: bool = True, timeout: float = 180) -> LabProcesses:
+def lab_up(dir: pathlib.Path, names: list[str], *, peering: bool = True, timeout: float = 180,
+           without_crds: list[str] = ()) -> LabProcesses:
+    """`python -m lab up`; without_crds are --without-crd values (NAME, or CLUSTER:NAME)."""
     cmd = [sys.executable, "-m", "lab", "up", "--clusters", ",".join(names), "--dir", str(dir),
            "--timeout", str(timeout)]
     if not peering:
         cmd.append("--no-peering")
+    cmd += [f"--without-crd={n}" for n in without_crds]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT), timeout=timeout + 30)
     if done.returncode != 0:
         raise RuntimeError(f"python -m lab up failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
@@ -90,9 +95,10 @@ def lab_down(dir: pathlib.Path, timeout: float = 60) -> subprocess.CompletedProc
 
 
 @contextlib.contextmanager
-def lab_processes(dir: pathlib.Path, names: list[str], *, peering: bool = True) -> Iterator[LabProcesses]:
+def lab_processes(dir: pathlib.Path, names: list[str], *, peering: bool = True,
+                  without_crds: list[str] = ()) -> Iterator[LabProcesses]:
     """`python -m lab up` on entry, `python -m lab down` on exit."""
-    lab = lab_up(dir, names, peering=peering)
+    lab = lab_up(dir, names, peering=peering, without_crds=without_crds)
     try:
         yield lab
     finally:

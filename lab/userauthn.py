@@ -1,20 +1,35 @@
-"""The lab's user-authn: turns TokenExchangeProvider objects into Dex connectors and reports on them.
+"""The lab's user-authn: turns TokenExchangeProvider objects into Dex connectors and reports on them, and makes
+Dex clients of DexClients as user-authn does.
 
-This is the contract the module assumes of Deckhouse's user-authn (DESIGN.md §8): for each cluster-scoped
-`deckhouse.io/v1alpha1` TokenExchangeProvider, Dex gets a token-exchange connector whose id is the provider's
-name, and the provider's `status.conditions[type=Ready]` says whether that worked:
+TokenExchangeProvider is the contract the module assumes of Deckhouse's user-authn (docs/user-authn-contract.md;
+no Deckhouse release has it): for each cluster-scoped `deckhouse.io/v1alpha1` TokenExchangeProvider, Dex gets a
+token-exchange connector whose id is the provider's name, and the provider's `status.conditions[type=Ready]`
+says whether that worked:
 
 | reason | when |
 |---|---|
 | ProviderReady (True) | Dex accepts the issuer's tokens through connector `<name>` |
-| InvalidSpec | no issuer, an issuer that is not an https URL, no usernamePrefix, a jwks that is not a JWK Set of public keys, audiences that are not a list of strings |
+| InvalidSpec | no issuer, an issuer that is not an https URL, no usernamePrefix or one starting with `system:`, a jwks that is not a JWK Set of public keys, audiences that are not a list of strings |
 | PrefixConflict | the usernamePrefix overlaps (one starts with the other) the prefix of an older provider: a user name could then come from either; the newer provider loses |
 | DiscoveryFailed | jwks is empty and `<issuer>/.well-known/openid-configuration` or its `jwks_uri` could not be read or gave no JWK Set |
 | ApplyError | Dex could not be configured |
 
+The connector names the exchanged identity (lab/dex.py has the rules): email = usernamePrefix + the subject
+token's `sub`, email_verified = true, name = usernamePrefix + `sub`, preferred_username = `sub`, no groups.
+Dex puts them into the exchanged token only for the scopes asked (`email`, `profile`, `groups`).
+
+When the TokenExchangeProvider CRD is not installed (a Deckhouse whose user-authn does not have the feature),
+this controller waits for it and starts serving providers once the CRD appears; if the CRD is deleted, every
+connector goes and it waits again.
+
 Lab only: the annotation `lab.deckhouse.io/fail: ApplyError|DiscoveryFailed` makes the provider fail with that
 reason on purpose, and `lab.deckhouse.io/delay-seconds: "N"` makes user-authn take N seconds before it applies
 a change, so that tests (also through kubectl, from other processes) can see the module wait for it.
+
+DexClient (real user-authn, deckhouse.io/v1): a DexClient `<name>` in namespace `<ns>` becomes the Dex client
+`dex-client-<name>@<ns>` whose secret is in Secret `<ns>/dex-client-<name>`, key `clientSecret`; with the
+annotation `dexclient.deckhouse.io/allow-access-to-kubernetes: "true"` it is also listed in `trustedPeers` of
+Dex's `kubernetes` client. `register_dex_client` does exactly that; the names are the constants below.
 
 The rules are plain functions (`spec_problem`, `prefix_conflicts`, `ready_condition`, `status_patch`); the class
 `UserAuthn` only watches, fetches discovery documents and writes.
@@ -23,6 +38,7 @@ The rules are plain functions (`spec_problem`, `prefix_conflicts`, `ready_condit
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import json
 import logging
@@ -35,6 +51,7 @@ import aiohttp
 from jwcrypto import jwk
 from jwcrypto.common import JWException
 
+from lab.apiserver.errors import ApiError
 from lab.dex import Dex
 
 log = logging.getLogger(__name__)
@@ -42,6 +59,15 @@ log = logging.getLogger(__name__)
 GROUP = "deckhouse.io"
 VERSION = "v1alpha1"
 PLURAL = "tokenexchangeproviders"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# Dex clients as user-authn makes them from DexClient objects.
+KUBERNETES_CLIENT_ID = "kubernetes"
+ALLOW_ACCESS_ANNOTATION = "dexclient.deckhouse.io/allow-access-to-kubernetes"
+DEX_CLIENT_SECRET_KEY = "clientSecret"
+# The peering module's DexClient, as its chart templates it.
+MODULE_DEX_CLIENT_NAME = "peering"
+MODULE_NAMESPACE = "d8-peering"
 FAIL_ANNOTATION = "lab.deckhouse.io/fail"
 DELAY_ANNOTATION = "lab.deckhouse.io/delay-seconds"
 FAILABLE = ("ApplyError", "DiscoveryFailed")
@@ -49,6 +75,41 @@ FAILABLE = ("ApplyError", "DiscoveryFailed")
 DISCOVERY_RETRY_SECONDS = 5.0
 # The most a provider may ask user-authn to dawdle; a typo must not wedge a test for an hour.
 MAX_DELAY_SECONDS = 600.0
+
+
+def dex_client_id(name: str, namespace: str) -> str:
+    """The Dex client ID user-authn gives DexClient `name` in `namespace`."""
+    return f"dex-client-{name}@{namespace}"
+
+
+def dex_client_secret_name(name: str) -> str:
+    """The Secret (in the DexClient's namespace) in which user-authn writes the client's secret."""
+    return f"dex-client-{name}"
+
+
+MODULE_DEX_CLIENT_ID = dex_client_id(MODULE_DEX_CLIENT_NAME, MODULE_NAMESPACE)
+MODULE_DEX_CLIENT_SECRET_NAME = dex_client_secret_name(MODULE_DEX_CLIENT_NAME)
+
+
+def dex_client_secret(name: str, namespace: str, secret: str) -> dict:
+    """The Secret user-authn writes for DexClient `name`: key `clientSecret` only (the ID is derived)."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": dex_client_secret_name(name), "namespace": namespace},
+            "data": {DEX_CLIENT_SECRET_KEY: base64.b64encode(secret.encode()).decode()}}
+
+
+def register_dex_client(dex: Dex, name: str, namespace: str, secret: str, *,
+                        allow_access_to_kubernetes: bool = True) -> str:
+    """Configure Dex for DexClient `name` in `namespace` as user-authn does; returns the client ID.
+
+    With allow_access_to_kubernetes (the DexClient's annotation set to "true"), Dex's `kubernetes` client trusts
+    the new client, so its tokens may carry audience `kubernetes` (scope audience:server:client_id:kubernetes).
+    """
+    client_id = dex_client_id(name, namespace)
+    dex.add_client(client_id, secret)
+    if allow_access_to_kubernetes:
+        dex.add_trusted_peer(KUBERNETES_CLIENT_ID, client_id)
+    return client_id
 
 
 @dataclass(frozen=True)
@@ -101,6 +162,9 @@ def spec_problem(obj: Mapping) -> str | None:
     if not isinstance(prefix, str) or not prefix:
         return ("spec.usernamePrefix is required: without a prefix the issuer's subjects could name any user "
                 "of this cluster")
+    if prefix.startswith("system:"):
+        return (f"spec.usernamePrefix {prefix!r} starts with system:, which kube-apiserver refuses in every "
+                "username Dex issues; choose a prefix such as peering:<uuid>:")
     audiences = spec.get("audiences", [])
     if audiences is not None and (not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences)):
         return "spec.audiences must be a list of strings"
@@ -245,7 +309,15 @@ class UserAuthn:
     async def _run(self) -> None:
         while True:
             try:
-                items = self.api.list(GROUP, PLURAL)
+                try:
+                    items = self.api.list(GROUP, PLURAL)
+                except ApiError as e:
+                    if e.code != 404:
+                        raise
+                    for name in list(self._workers):
+                        self._forget(name)
+                    await self._wait_for_crd()
+                    continue
                 names = {o["metadata"]["name"] for o in items}
                 for gone in set(self._workers) - names:
                     self._forget(gone)
@@ -264,18 +336,29 @@ class UserAuthn:
                     # One provider's prefix decides the others' conflicts; a re-check that finds
                     # nothing changed writes nothing.
                     self._kick_all()
+                # The stream ended (its CRD was deleted, or the server closed it): list again.
+                continue
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a broken watch is relisted, as an informer does
                 log.info("user-authn: watch of %s ended (%s); relisting", PLURAL, e)
             await asyncio.sleep(0.2)
 
+    async def _wait_for_crd(self) -> None:
+        """Return once the TokenExchangeProvider CRD is installed (the API server serves it at once)."""
+        log.info("user-authn: the TokenExchangeProvider API is not served (CRD %s is not installed); waiting for "
+                 "the CRD", CRD_NAME)
+        async for event, obj in self.api.watch("apiextensions.k8s.io", "customresourcedefinitions"):
+            if event != "DELETED" and obj.get("metadata", {}).get("name") == CRD_NAME:
+                log.info("user-authn: CRD %s installed; serving TokenExchangeProviders", CRD_NAME)
+                return
+
     async def _worker(self, name: str) -> None:
         event = self._dirty[name]
         while True:
             await event.wait()
             event.clear()
-            obj = self.api.get(GROUP, PLURAL, name)
+            obj = self._get(name)
             if obj is None:
                 continue
             delay = delay_seconds(obj)
@@ -283,7 +366,7 @@ class UserAuthn:
                 # Changes arriving during the delay are applied together afterwards.
                 await asyncio.sleep(delay)
                 event.clear()
-                obj = self.api.get(GROUP, PLURAL, name)
+                obj = self._get(name)
                 if obj is None:
                     continue
             try:
@@ -295,6 +378,15 @@ class UserAuthn:
             except Exception as e:
                 log.warning("user-authn: provider %s: %s; retrying", name, e)
                 asyncio.get_running_loop().call_later(1.0, event.set)
+
+    def _get(self, name: str) -> dict | None:
+        """The provider, or None when it or its whole API is gone (the watch then forgets it)."""
+        try:
+            return self.api.get(GROUP, PLURAL, name)
+        except ApiError as e:
+            if e.code != 404:
+                raise
+            return None
 
     # --- one provider ---
 

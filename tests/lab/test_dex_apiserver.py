@@ -1,31 +1,38 @@
-"""A token Dex issues by exchange is accepted by the lab's API server as the prefixed user, as in Deckhouse."""
+"""A lab cluster's Dex and API server together, as in Deckhouse: the module's Dex client is what user-authn makes
+of the chart's DexClient, the exchange the gateway makes gives a token the API server accepts as the prefixed
+user, and every weaker request gets a token the API server refuses with 401."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
+from urllib.parse import quote_plus
 
 import aiohttp
 import pytest
 from jwcrypto import jwk, jwt
 
 from lab import certs
+from lab.cluster import DEX_CLIENT_ID, DEX_CLIENT_SECRET_NAME
 from lab.dex import GRANT_TOKEN_EXCHANGE, TOKEN_TYPE_ID
 from lab.testing import lab_clusters
 from lab.userauthn import GROUP, PLURAL
 
 PEER_KEY = jwk.JWK.generate(kty="RSA", size=2048, kid="peer-sa-key")
-PEER_ISSUER = "https://api.b.lab"
+# Every default Deckhouse cluster has this issuer URL: the peer's, and ours too.
+PEER_ISSUER = "https://kubernetes.default.svc.cluster.local"
 PREFIX = "peering:2b1f-peer-uuid:"
 SUB = "system:serviceaccount:d8-example:controller"
+CONTRACT_SCOPE = "openid email profile groups audience:server:client_id:kubernetes"
 
 
-def peer_sa_token() -> str:
+def peer_sa_token(exp_in: int = 600) -> str:
     now = int(time.time())
     t = jwt.JWT(header={"alg": "RS256", "kid": PEER_KEY.kid},
                 claims={"iss": PEER_ISSUER, "sub": SUB, "aud": ["peering.deckhouse.io/a-uuid/cap"], "iat": now,
-                        "nbf": now, "exp": now + 600})
+                        "nbf": now, "exp": now + exp_in})
     t.make_signed_token(PEER_KEY)
     return t.serialize()
 
@@ -37,13 +44,25 @@ async def cluster(tmp_path):
 
 
 async def wait_ready(api, name):
-    import asyncio
-
     async with asyncio.timeout(10):
         async for _, obj in api.watch(GROUP, PLURAL):
             conds = (obj.get("status") or {}).get("conditions", [])
             if obj["metadata"]["name"] == name and any(c["reason"] == "ProviderReady" for c in conds):
                 return
+
+
+def test_the_module_dex_client_is_what_user_authn_makes_of_the_dexclient():
+    assert DEX_CLIENT_ID == "dex-client-peering@d8-peering"
+    assert DEX_CLIENT_SECRET_NAME == "dex-client-peering"
+
+
+async def test_the_dex_client_is_seeded_as_user_authn_makes_it(cluster):
+    secret = cluster.api.get("", "secrets", DEX_CLIENT_SECRET_NAME, "d8-peering")
+    assert set(secret["data"]) == {"clientSecret"}                 # no clientID: the ID is derived
+    assert base64.b64decode(secret["data"]["clientSecret"]).decode() == cluster.dex_client_secret
+    assert cluster.api.get("", "secrets", "dex-client", "d8-peering") is None
+    assert cluster.dex.clients[DEX_CLIENT_ID].secret == cluster.dex_client_secret
+    assert DEX_CLIENT_ID in cluster.dex.clients["kubernetes"].trusted_peers
 
 
 async def test_exchanged_token_authenticates_to_the_api_server(cluster):
@@ -54,21 +73,19 @@ async def test_exchanged_token_authenticates_to_the_api_server(cluster):
                          "usernamePrefix": PREFIX, "audiences": ["peering.deckhouse.io/a-uuid/cap"]}})
     await wait_ready(api, "peering-b")
 
-    # The gateway's credentials, as it reads them.
-    secret = api.get("", "secrets", "dex-client", "d8-peering")
-    client_id = base64.b64decode(secret["data"]["clientID"]).decode()
+    # The gateway's credentials, as it reads them: the Secret's clientSecret and the derived ID.
+    secret = api.get("", "secrets", DEX_CLIENT_SECRET_NAME, "d8-peering")
     client_secret = base64.b64decode(secret["data"]["clientSecret"]).decode()
     ctx = certs.client_ssl_context(cluster.pki.public_ca.cert_pem)
+    basic = "Basic " + base64.b64encode(f"{quote_plus(DEX_CLIENT_ID)}:{quote_plus(client_secret)}".encode()).decode()
 
     async with aiohttp.ClientSession() as http:
-        async def exchange(**extra):
+        async def exchange(**fields):
             form = {"grant_type": GRANT_TOKEN_EXCHANGE, "connector_id": "peering-b", "subject_token": peer_sa_token(),
-                    "subject_token_type": TOKEN_TYPE_ID, "requested_token_type": TOKEN_TYPE_ID, "scope": "openid",
-                    **extra}
+                    "subject_token_type": TOKEN_TYPE_ID, "requested_token_type": TOKEN_TYPE_ID,
+                    "scope": CONTRACT_SCOPE, **fields}
             async with http.post(f"https://127.0.0.1:{cluster.dex.port}/token", data=form,
-                                 headers={"Authorization": "Basic " + base64.b64encode(
-                                     f"{client_id}:{client_secret}".encode()).decode()}, ssl=ctx,
-                                 server_hostname="dex.a.lab") as r:
+                                 headers={"Authorization": basic}, ssl=ctx, server_hostname="dex.a.lab") as r:
                 assert r.status == 200, await r.text()
                 return (await r.json())["access_token"]
 
@@ -79,19 +96,42 @@ async def test_exchanged_token_authenticates_to_the_api_server(cluster):
                                  server_hostname="api.a.lab") as r:
                 return r.status, await r.json()
 
-        status, body = await whoami(await exchange(audience="kubernetes"))
+        status, body = await whoami(await exchange())
         assert status == 201, body
         user = body["status"]["userInfo"]
         assert user["username"] == PREFIX + SUB
-        assert "system:authenticated" in user["groups"]
+        assert user["groups"] == ["system:authenticated"]
+        assert user["extra"]["user-authn.deckhouse.io/name"] == [PREFIX + SUB]
+        assert user["extra"]["user-authn.deckhouse.io/preferred_username"] == [SUB]
 
         # The peer's user holds no RBAC here yet: authenticated, then forbidden.
-        token = await exchange(audience="kubernetes")
+        token = await exchange()
         async with http.get(f"{api.url}/api/v1/namespaces/default/configmaps", ssl=ctx, server_hostname="api.a.lab",
                             headers={"Authorization": f"Bearer {token}"}) as r:
             assert r.status == 403
             assert PREFIX + SUB in (await r.json())["message"]
 
-        # A token for another audience than `kubernetes` is not accepted by the API server.
-        status, _ = await whoami(await exchange())
-        assert status == 401
+        # Every weaker exchange gets a token Deckhouse's kube-apiserver refuses.
+        for fields in (
+            {"scope": "openid", "audience": "kubernetes"},                      # the old form: no kubernetes aud
+            {"scope": "openid email groups audience:server:client_id:kubernetes"},   # no profile: no name
+            {"scope": "openid profile audience:server:client_id:kubernetes"},   # no email: no username
+            {"scope": "openid email profile groups"},                           # no cross-client scope
+        ):
+            status, body = await whoami(await exchange(**fields))
+            assert (status, body.get("reason")) == (401, "Unauthorized"), fields
+
+
+async def test_a_peer_prefixed_like_a_system_user_is_refused_by_user_authn(cluster):
+    api = cluster.api
+    api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "TokenExchangeProvider",
+                "metadata": {"name": "peering-system"},
+                "spec": {"issuer": PEER_ISSUER, "jwks": json.dumps({"keys": [PEER_KEY.export_public(as_dict=True)]}),
+                         "usernamePrefix": "system:"}})
+    async with asyncio.timeout(10):
+        async for _, obj in api.watch(GROUP, PLURAL):
+            conds = (obj.get("status") or {}).get("conditions", [])
+            if obj["metadata"]["name"] == "peering-system" and conds:
+                assert conds[0]["reason"] == "InvalidSpec" and "system:" in conds[0]["message"]
+                break
+    assert "peering-system" not in cluster.dex.connectors

@@ -68,10 +68,13 @@ def test_up_kubectl_down(tmp_path):
             assert lab.kubectl(c, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").stdout == "admin"
             # The module's RBAC came from the chart.
             assert "d8:peering" in lab.kubectl(c, "get", "clusterroles", "-o", "name").stdout
-            # The Dex client the gateway reads.
-            secret_id = lab.kubectl(c, "-n", "d8-peering", "get", "secret", "dex-client",
-                                    "-o", "jsonpath={.data.clientID}").stdout
-            assert base64.b64decode(secret_id) == b"peering"
+            # The Dex client the gateway reads: user-authn's Secret for the DexClient `peering`, the ID derived.
+            secret = json.loads(lab.kubectl(c, "-n", "d8-peering", "get", "secret", "dex-client-peering",
+                                            "-o", "json").stdout)
+            assert set(secret["data"]) == {"clientSecret"} and base64.b64decode(secret["data"]["clientSecret"])
+            assert entry["dexClientID"] == "dex-client-peering@d8-peering"
+            assert entry["serviceAccountIssuer"] == "https://kubernetes.default.svc.cluster.local"
+            assert entry["withoutCRDs"] == []
 
             # The peering process's kubeconfig authenticates as its ServiceAccount.
             peering_kc = entry["files"]["peeringKubeconfig"]
@@ -116,6 +119,39 @@ def test_up_reports_a_start_that_fails_with_the_log(tmp_path):
     assert bad.returncode == 1
     assert "failed to start" in bad.stderr and "lab.log" in bad.stderr
     assert not (tmp_path / "lab.pid").exists()
+
+
+def test_up_without_a_crd_then_applying_it(tmp_path):
+    lab = lab_up(tmp_path, ["a", "b"], peering=False,
+                 without_crds=["tokenexchangeproviders.deckhouse.io", "a:projects.deckhouse.io"])
+    try:
+        assert lab.cluster("a")["withoutCRDs"] == ["tokenexchangeproviders.deckhouse.io", "projects.deckhouse.io"]
+        assert lab.cluster("b")["withoutCRDs"] == ["tokenexchangeproviders.deckhouse.io"]
+        missing = lab.kubectl("a", "get", "projects", check=False)
+        assert missing.returncode != 0 and 'doesn\'t have a resource type "projects"' in missing.stderr
+        assert lab.kubectl("b", "get", "projects", "-o", "name").returncode == 0
+        for c in ("a", "b"):
+            assert lab.kubectl(c, "get", "tokenexchangeproviders", check=False).returncode != 0
+        # Installing the CRD while the lab runs: the API is there at once.
+        crd = str(ROOT / "lab" / "apiserver" / "crds" / "project.yaml")
+        lab.kubectl("a", "apply", "--server-side", "-f", crd)
+        manifest = tmp_path / "project.json"
+        manifest.write_text(json.dumps({"apiVersion": "deckhouse.io/v1alpha3", "kind": "Project",
+                                        "metadata": {"name": "shop"}}))
+        lab.kubectl("a", "apply", "-f", str(manifest))
+        assert lab.kubectl("a", "get", "projects", "-o", "name").stdout.strip() == "project.deckhouse.io/shop"
+    finally:
+        lab_down(tmp_path)
+
+
+def test_up_refuses_an_unknown_crd_to_leave_out(tmp_path):
+    for value in ("projects.deckhouse.com", "c:projects.deckhouse.io"):
+        bad = subprocess.run([sys.executable, "-m", "lab", "up", "--clusters", "a", "--dir", str(tmp_path),
+                              "--without-crd", value], capture_output=True, text=True, cwd=str(ROOT), timeout=60)
+        assert bad.returncode == 2, bad.stderr
+        assert ("unknown CRD projects.deckhouse.com" in bad.stderr if value.startswith("projects")
+                else "there is no cluster 'c'" in bad.stderr)
+        assert not (tmp_path / "lab.pid").exists()
 
 
 shared_lab = lab_process_fixture(["solo"], peering=False)

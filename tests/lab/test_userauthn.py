@@ -202,3 +202,40 @@ async def test_missing_issuer_is_invalid_spec_when_it_gets_past_the_schema(clust
     assert (outcome.ready, outcome.reason) == (False, "InvalidSpec")
     assert "spec.issuer is required" in outcome.message
     await ua.stop()
+
+
+async def test_without_the_crd_user_authn_waits_and_serves_once_it_is_installed(tmp_path):
+    async with lab_clusters(tmp_path, ["w"], peering_command=None,
+                            without_crds=["tokenexchangeproviders.deckhouse.io"]) as lab:
+        cluster = lab["w"]
+        api = cluster.api
+        with pytest.raises(ApiError) as err:
+            api.list(GROUP, PLURAL)
+        assert err.value.code == 404
+        assert not cluster.userauthn.synced.is_set()     # waiting for the API, not failing
+        assert not cluster.userauthn._main.done()
+        cluster.install_crd("tokenexchangeproviders.deckhouse.io")
+        assert cluster.without_crds == []
+        api.create(provider("late"))
+        await wait_for(api, "late", "ProviderReady")
+        assert "late" in cluster.dex.connectors
+
+        # The CRD deleted (its providers with it): the connectors go, and user-authn waits for the CRD again.
+        api.delete("apiextensions.k8s.io", "customresourcedefinitions", "tokenexchangeproviders.deckhouse.io")
+        async with asyncio.timeout(10):
+            while "late" in cluster.dex.connectors:
+                await asyncio.sleep(0.02)
+        cluster.install_crd("tokenexchangeproviders.deckhouse.io")
+        api.create(provider("again"))
+        await wait_for(api, "again", "ProviderReady")
+        assert set(cluster.dex.connectors) == {"again"}
+
+
+def test_the_connector_names_the_identity_of_the_user_authn_contract():
+    from lab.dex import Connector, Identity
+
+    connector = Connector("peering-b", "https://kubernetes.default.svc.cluster.local", {"keys": []}, "peering:u1:")
+    assert connector.identity({"sub": "system:serviceaccount:ns:sa"}) == Identity(
+        user_id="system:serviceaccount:ns:sa", username="peering:u1:system:serviceaccount:ns:sa",
+        preferred_username="system:serviceaccount:ns:sa", email="peering:u1:system:serviceaccount:ns:sa",
+        email_verified=True, groups=())

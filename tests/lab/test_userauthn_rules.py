@@ -39,6 +39,7 @@ def test_a_good_spec_has_no_problem_and_jwks_may_be_text_or_object():
     (provider(issuer=""), "spec.issuer is required"),
     (provider(issuer="http://api.b.lab"), "not an https URL"),
     (provider(prefix=""), "usernamePrefix is required"),
+    (provider(prefix="system:serviceaccount:"), "starts with system:"),
     (provider(jwks="{not json"), "jwks is not JSON"),
     (provider(jwks='{"kty": "EC"}'), "not a JWK Set"),
     (provider(jwks='{"keys": []}'), "has no keys"),
