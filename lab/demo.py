@@ -40,7 +40,8 @@ from typing import Awaitable, Callable, TypeVar
 
 import yaml
 
-from lab.cluster import DEX_CLIENT_ID, EGRESS_HOST, NAMESPACE, Lab, LabCluster, default_peering_command
+from lab.cluster import EGRESS_HOST, NAMESPACE, Lab, LabCluster, default_peering_command
+from lab.userauthn import MODULE_DEX_CLIENT_NAME, dex_client_secret
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
@@ -901,10 +902,8 @@ class Story:
         chart = yaml.safe_dump_all(cluster.chart_objects(), sort_keys=False)
         k.ok(self.step, "apply", "--server-side", "--force-conflicts", "--field-manager=deckhouse", "-f", "-",
              stdin=chart, show=False)
-        dex_client = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                      "metadata": {"name": "dex-client", "namespace": NAMESPACE},
-                      "data": {"clientID": base64.b64encode(DEX_CLIENT_ID.encode()).decode(),
-                               "clientSecret": base64.b64encode(cluster.dex_client_secret.encode()).decode()}}
+        # user-authn writes the Secret of the chart's DexClient again (Dex keeps the client, whose ID is derived).
+        dex_client = dex_client_secret(MODULE_DEX_CLIENT_NAME, NAMESPACE, cluster.dex_client_secret)
         k.ok(self.step, "apply", "-f", "-", stdin=json.dumps(dex_client), show=False)
         token = k.ok(self.step, "create", "token", "peering", "-n", NAMESPACE, "--duration", "24h",
                      show=False).stdout.strip()
