@@ -6,7 +6,7 @@ chooses; the names resolve through the lab's resolver map (`resolve_map()`), so 
 | name | what answers |
 |---|---|
 | `api.c.lab` | the API server emulator (also reachable as 127.0.0.1, which its certificate names too) |
-| `dex.c.lab` | the Dex stand-in, issuer `https://dex.c.lab` |
+| `dex.c.lab` | the Dex stand-in, issuer `https://dex.c.lab/` (with the slash, as Deckhouse's) |
 | `peering.c.lab` | the ingress-nginx stand-in, TLS by the lab's public CA, to the peering process's join listener |
 | `peering-gateway.c.lab` | a TCP passthrough (the LoadBalancer) to the peering process's entrance |
 | `peering-gateway.d8-peering.svc` | a TCP passthrough (the Service) to the egress; per cluster, so only in its own map |
@@ -188,7 +188,8 @@ class LabCluster:
         self.peering_command = peering_command
         self.pki = certs.cluster_pki(name)
         self.uuid = str(uuid.uuid4())
-        self.dex_issuer = f"https://dex.{name}.lab"
+        # As Deckhouse's Dex: the issuer ends with a slash (its `iss` must match kube-apiserver's issuer URL exactly).
+        self.dex_issuer = f"https://dex.{name}.lab/"
         self.dex_client_secret = secrets.token_urlsafe(32)
         self.api: Any = None
         self.dex: Dex | None = None

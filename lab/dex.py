@@ -345,16 +345,22 @@ def exchange(
 
 
 class Dex:
-    """Dex on 127.0.0.1 under `issuer`; clients and connectors are configured in-process (by user-authn)."""
+    """Dex on 127.0.0.1 under `issuer`; clients and connectors are configured in-process (by user-authn).
+
+    id_tokens_valid_for is Dex's expiry.idTokens in seconds (user-authn's idTokenTTL); it may be changed at run
+    time through the attribute of the same name."""
 
     def __init__(self, issuer: str, ssl_context: ssl.SSLContext | None = None, *,
                  id_tokens_valid_for: float = DEFAULT_ID_TOKENS_VALID_FOR) -> None:
         if id_tokens_valid_for <= 0:
             raise ValueError(f"id_tokens_valid_for must be a positive number of seconds, got {id_tokens_valid_for!r}")
-        self.issuer = issuer.rstrip("/")
+        # The issuer exactly as configured (Deckhouse's ends with a slash: https://dex.<domain>/); it is the `iss`
+        # of every token and the `issuer` of discovery, while endpoints hang off it without a doubled slash.
+        self.issuer = issuer
+        self._base = issuer.rstrip("/")
         # Dex's expiry.idTokens: how long every issued token lives, whatever the subject token's expiry.
         self.id_tokens_valid_for = float(id_tokens_valid_for)
-        self._prefix = urllib.parse.urlsplit(self.issuer).path.rstrip("/")
+        self._prefix = urllib.parse.urlsplit(self._base).path
         self._ssl = ssl_context
         self._key = jwk.JWK.generate(kty="RSA", size=2048, kid=secrets.token_hex(20), use="sig", alg="RS256")
         self.clients: dict[str, Client] = {}
@@ -388,9 +394,9 @@ class Dex:
         return {"keys": [self._key.export_public(as_dict=True)]}
 
     def discovery_document(self) -> dict:
-        i = self.issuer
+        i = self._base
         return {
-            "issuer": i,
+            "issuer": self.issuer,
             "authorization_endpoint": f"{i}/auth",
             "token_endpoint": f"{i}/token",
             "jwks_uri": f"{i}/keys",

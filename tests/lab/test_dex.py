@@ -412,3 +412,19 @@ def test_opaque_subject_is_dex_protobuf_encoding():
     assert raw[:3] == bytes([0x0A, 0xC8, 0x01])
     assert raw[3:203] == b"u" * 200
     assert raw[203:] == bytes([0x12, 1]) + b"c"
+
+
+async def test_an_issuer_with_a_trailing_slash_as_deckhouse_configures_it(pki, peer_key, http):
+    d = Dex("https://dex.t.lab/", certs.server_ssl_context(pki.dex))
+    d.add_client(CLIENT, CLIENT_SECRET)
+    d.set_connector("peering-b", PEER_ISSUER, jwks_of(peer_key), PREFIX)
+    await d.start()
+    try:
+        doc = await get_json(http, d, pki, "/.well-known/openid-configuration")
+        assert doc["issuer"] == "https://dex.t.lab/"
+        assert (doc["token_endpoint"], doc["jwks_uri"]) == ("https://dex.t.lab/token", "https://dex.t.lab/keys")
+        status, body = await post(http, d, pki, form(peer_token(peer_key), scope="openid"))
+        assert status == 200, body
+        assert verify_issued(d.jwks(), body["access_token"])["iss"] == "https://dex.t.lab/"
+    finally:
+        await d.stop()

@@ -94,7 +94,7 @@ async def test_peering_process_is_wired_behind_ingress_and_passthroughs(tmp_path
                   cmd[i + 1].startswith("peering-gateway.d8-peering.svc=")]
         assert egress == [f"peering-gateway.d8-peering.svc=127.0.0.1:{a.egress_svc.port}"]
         assert cmd[cmd.index("--public-domain-template") + 1] == "%s.a.lab"
-        assert cmd[cmd.index("--dex-url") + 1] == "https://dex.a.lab"
+        assert cmd[cmd.index("--dex-url") + 1] == "https://dex.a.lab/"
 
         # peering.a.lab: TLS at the ingress, then the join listener, with the client's address forwarded.
         ctx = certs.client_ssl_context(a.pki.public_ca.cert_pem)
