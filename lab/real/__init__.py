@@ -1,0 +1,15 @@
+"""The lab's real backend: etcd, kube-apiserver and kube-controller-manager built from their Go modules.
+
+`build.py` builds the pinned binaries into a cache outside the work tree (`python -m lab.real build`);
+`config.py` says how a Deckhouse control plane is configured where it matters to the module; `runner.py` runs
+one lab cluster's control plane on loopback (`RealControlPlane`); `proxy.py` lets kube-apiserver reach the lab's
+host names. See lab/README.md, "The real backend".
+"""
+
+# `lab.real.build` stays the module (its `build()` builds); the names the lab needs are re-exported.
+from lab.real.build import Binaries, BuildError, require_built, required
+from lab.real.config import JWTIssuer
+from lab.real.runner import ApplyError, RealControlPlane, StartError
+
+__all__ = ["ApplyError", "Binaries", "BuildError", "JWTIssuer", "RealControlPlane", "StartError",
+           "require_built", "required"]

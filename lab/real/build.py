@@ -1,0 +1,335 @@
+"""Build the real control plane's binaries (etcd, kube-apiserver, kube-controller-manager) from their Go modules.
+
+The versions are those of the two pinned Go modules next to this file (`gomod/kube`, `gomod/etcd`): their
+go.mod names them and their go.sum fixes every byte. The binaries land in a cache outside the work tree:
+
+    ${PEERING_LAB_CACHE:-~/.cache/deckhouse-peering}/kube/<k8s version>/{kube-apiserver,kube-controller-manager}
+    ${PEERING_LAB_CACHE:-~/.cache/deckhouse-peering}/etcd/<etcd version>/etcd
+
+with a `stamp.json` beside them recording the hash of go.mod and go.sum, the Go version and the build flags; a
+build whose stamp matches is reused. Go's module and build caches live under the same root (`gomodcache/`,
+`gocache/`), so a second checkout, or CI on the same machine, downloads and compiles nothing twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Iterator
+
+HERE = pathlib.Path(__file__).resolve().parent
+GOMOD = HERE / "gomod"
+# The oldest Go that the pinned modules accept (k8s.io/kubernetes v1.37 says `go 1.26.0`).
+MIN_GO = (1, 26)
+# What a CI run exports to make a missing real backend a failure instead of a skip.
+REQUIRE_ENV = "PEERING_REQUIRE_REAL_APISERVER"
+CACHE_ENV = "PEERING_LAB_CACHE"
+# Small binaries with no local paths in them; static, as kube's own release builds are.
+BUILD_FLAGS = ("-trimpath",)
+LINK_FLAGS = ("-s", "-w")
+# Bump when the way a binary is built changes (flags, link variables): older stamps then no longer match.
+RECIPE = 1
+# How often a running build says it is still alive.
+HEARTBEAT_SECONDS = 30.0
+# Where Go's installers put it, for a shell whose PATH lacks it.
+GO_CANDIDATES = ("/usr/local/go/bin/go", "/usr/lib/go/bin/go")
+
+
+class BuildError(Exception):
+    """The binaries cannot be built here; the message says what is missing and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    """One pinned Go module and the commands it builds."""
+
+    name: str                 # cache directory: kube or etcd
+    module_dir: pathlib.Path  # our go.mod + go.sum
+    main_module: str          # the module whose version keys the cache
+    commands: tuple[tuple[str, str], ...]  # (binary name, package path)
+    # Variables the release scripts set at link time (`-X pkg.var=value`), from the version.
+    link_vars: Callable[[str], dict[str, str]] = lambda version: {}
+
+    def version(self) -> str:
+        return module_version(self.module_dir / "go.mod", self.main_module)
+
+    def source_hash(self) -> str:
+        h = hashlib.sha256()
+        for f in ("go.mod", "go.sum"):
+            h.update(f.encode() + b"\0" + (self.module_dir / f).read_bytes() + b"\0")
+        return h.hexdigest()
+
+
+def _kube_version_vars(version: str) -> dict[str, str]:
+    """What kubernetes' hack/lib/version.sh sets, so that /version reports the release and not
+    `v0.0.0-master`. The commit is unknown from a module download and stays empty."""
+    m = re.match(r"v(\d+)\.(\d+)\.", version)
+    if not m:
+        raise BuildError(f"k8s.io/kubernetes version {version!r} is not vMAJOR.MINOR.PATCH")
+    values = {"gitVersion": version, "gitMajor": m.group(1), "gitMinor": m.group(2), "gitTreeState": "clean",
+              "gitCommit": "", "buildDate": _module_time("k8s.io/kubernetes", version)}
+    return {f"{pkg}.{k}": v for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+            for k, v in values.items()}
+
+
+KUBE = Component("kube", GOMOD / "kube", "k8s.io/kubernetes", (
+    ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver"),
+    ("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager"),
+), _kube_version_vars)
+ETCD = Component("etcd", GOMOD / "etcd", "go.etcd.io/etcd/server/v3", (
+    ("etcd", "go.etcd.io/etcd/server/v3"),
+))
+COMPONENTS = (ETCD, KUBE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Binaries:
+    """Where the three built binaries are, with the versions they were built from."""
+
+    etcd: pathlib.Path
+    kube_apiserver: pathlib.Path
+    kube_controller_manager: pathlib.Path
+    kube_version: str
+    etcd_version: str
+
+
+def module_version(go_mod: pathlib.Path, module: str) -> str:
+    """The version `go_mod` requires of `module` (in a require line or block)."""
+    pattern = re.compile(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", re.M)
+    m = pattern.search(go_mod.read_text())
+    if not m:
+        raise BuildError(f"{go_mod} does not require {module}: the pinned Go module is broken, restore it from git")
+    return m.group(1)
+
+
+def _module_time(module: str, version: str) -> str:
+    """The release time the module proxy recorded (`.info`), as a reproducible build date."""
+    info = cache_root() / "gomodcache" / "cache" / "download" / module / "@v" / f"{version}.info"
+    try:
+        return json.loads(info.read_text())["Time"]
+    except (OSError, ValueError, KeyError):
+        return "1970-01-01T00:00:00Z"
+
+
+def cache_root() -> pathlib.Path:
+    root = os.environ.get(CACHE_ENV)
+    if root:
+        return pathlib.Path(root).expanduser().resolve()
+    return pathlib.Path.home() / ".cache" / "deckhouse-peering"
+
+
+def component_dir(component: Component, root: pathlib.Path | None = None) -> pathlib.Path:
+    return (root or cache_root()) / component.name / component.version()
+
+
+def binaries(root: pathlib.Path | None = None) -> Binaries:
+    """The paths where the binaries are or will be (nothing is checked)."""
+    kube, etcd = component_dir(KUBE, root), component_dir(ETCD, root)
+    return Binaries(etcd=etcd / "etcd", kube_apiserver=kube / "kube-apiserver",
+                    kube_controller_manager=kube / "kube-controller-manager",
+                    kube_version=KUBE.version(), etcd_version=ETCD.version())
+
+
+def go_env(root: pathlib.Path) -> dict[str, str]:
+    """The environment of every go command: caches under `root`, no toolchain switching, static binaries."""
+    env = dict(os.environ)
+    env.update(
+        GOMODCACHE=str(root / "gomodcache"),
+        GOCACHE=str(root / "gocache"),
+        # The module cache is read-only by default, which makes `rm -rf` of the cache root fail.
+        GOFLAGS=" ".join(f for f in (env.get("GOFLAGS", ""), "-modcacherw", "-mod=readonly") if f),
+        # The installed Go is new enough; never fetch another toolchain behind the user's back.
+        GOTOOLCHAIN="local",
+        GOWORK="off",
+        CGO_ENABLED="0",
+    )
+    return env
+
+
+def find_go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        for candidate in GO_CANDIDATES:
+            if os.access(candidate, os.X_OK):
+                go = candidate
+                break
+    if go is None:
+        raise BuildError(f"no `go` on PATH: the real kube-apiserver is built from source and needs Go "
+                         f"{MIN_GO[0]}.{MIN_GO[1]} or newer; install it (or add its bin/ to PATH) and run "
+                         f"`python -m lab.real build` again")
+    return go
+
+
+def go_version(go: str, env: dict[str, str]) -> str:
+    """`go1.26.8`; refuses a Go older than the pinned modules need."""
+    try:
+        out = subprocess.run([go, "env", "GOVERSION"], env=env, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BuildError(f"`{go} env GOVERSION` failed: {e}") from e
+    version = out.stdout.strip()
+    m = re.match(r"go(\d+)\.(\d+)", version)
+    if out.returncode != 0 or not m:
+        raise BuildError(f"`{go} env GOVERSION` failed: {_quote(out.stderr or out.stdout)}")
+    if (int(m.group(1)), int(m.group(2))) < MIN_GO:
+        raise BuildError(f"{go} is {version}, but k8s.io/kubernetes {KUBE.version()} needs Go "
+                         f"{MIN_GO[0]}.{MIN_GO[1]} or newer: install a newer Go")
+    return version
+
+
+def _quote(text: str, lines: int = 15) -> str:
+    """The end of a command's output, indented, for an error message."""
+    tail = [ln for ln in text.strip().splitlines() if ln.strip()][-lines:]
+    return "\n    " + "\n    ".join(tail) if tail else " (no output)"
+
+
+def _stamp(component: Component, go_ver: str) -> dict:
+    return {"recipe": RECIPE, "version": component.version(), "sources": component.source_hash(), "go": go_ver,
+            "flags": _go_build_flags(component), "binaries": [b for b, _ in component.commands]}
+
+
+def _go_build_flags(component: Component) -> list[str]:
+    link = list(LINK_FLAGS) + [f"-X={k}={v}" for k, v in sorted(component.link_vars(component.version()).items())]
+    return [*BUILD_FLAGS, "-ldflags=" + " ".join(link)]
+
+
+def _is_current(component: Component, target: pathlib.Path) -> bool:
+    """Built from exactly this go.mod/go.sum, and every binary still there. The Go version is recorded, not
+    compared: a Go upgrade alone does not force a rebuild."""
+    try:
+        stamp = json.loads((target / "stamp.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (stamp.get("recipe") == RECIPE and stamp.get("sources") == component.source_hash()
+            and all(os.access(target / b, os.X_OK) for b, _ in component.commands))
+
+
+def is_built(root: pathlib.Path | None = None) -> bool:
+    return all(_is_current(c, component_dir(c, root)) for c in COMPONENTS)
+
+
+@contextlib.contextmanager
+def _build_lock(root: pathlib.Path, say: Callable[[str], None]) -> Iterator[None]:
+    """One build at a time per cache root (two checkouts, or CI beside a developer)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "build.lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"another build holds {root / 'build.lock'}; waiting for it")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _run_go(argv: list[str], cwd: pathlib.Path, env: dict[str, str], label: str,
+            say: Callable[[str], None], count_lines: bool = False) -> None:
+    """Run a go command, saying every HEARTBEAT_SECONDS that it is still going; a failure quotes go's words."""
+    start = time.monotonic()
+    lines: list[str] = []
+    done = threading.Event()
+
+    def heartbeat() -> None:
+        while not done.wait(HEARTBEAT_SECONDS):
+            extra = f", {len(lines)} packages compiled" if count_lines else ""
+            say(f"  {label}: still going, {_elapsed(start)}{extra}")
+
+    t = threading.Thread(target=heartbeat, daemon=True)
+    t.start()
+    try:
+        with subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) as proc:
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    lines.append(line.rstrip("\n"))
+                rc = proc.wait()
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+    except OSError as e:
+        raise BuildError(f"{label}: cannot run {argv[0]}: {e}") from e
+    finally:
+        done.set()
+        t.join()
+    if rc != 0:
+        output = "\n".join(lines)
+        hint = ""
+        if re.search(r"dial tcp|lookup .* no such host|i/o timeout|connection refused|403 Forbidden|"
+                     r"proxyconnect|TLS handshake|unrecognized import path", output):
+            hint = ("\n  The Go module proxy could not be reached or refused a download: check GOPROXY and the "
+                    "network, then run `python -m lab.real build` again.")
+        raise BuildError(f"{label} failed after {_elapsed(start)} (`{' '.join(argv[:3])} ...` in {cwd}); "
+                         f"the go command said:{_quote(output)}{hint}")
+    say(f"  {label}: done in {_elapsed(start)}")
+
+
+def _elapsed(start: float) -> str:
+    s = int(time.monotonic() - start)
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _build_component(component: Component, root: pathlib.Path, go: str, env: dict[str, str], go_ver: str,
+                     say: Callable[[str], None], parallel: int | None) -> None:
+    target = component_dir(component, root)
+    if _is_current(component, target):
+        say(f"{component.name} {component.version()}: up to date in {target}")
+        return
+    say(f"{component.name} {component.version()}: building into {target}")
+    _run_go([go, "mod", "download"], component.module_dir, env, f"downloading the modules of {component.name}", say)
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for binary, package in component.commands:
+        argv = [go, "build", "-v", *_go_build_flags(component), "-o", str(staging / binary)]
+        if parallel:
+            argv.insert(2, f"-p={parallel}")
+        _run_go(argv + [package], component.module_dir, env, f"building {binary}", say, count_lines=True)
+    (staging / "stamp.json").write_text(json.dumps(_stamp(component, go_ver), indent=2) + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+
+
+def build(*, root: pathlib.Path | None = None, say: Callable[[str], None] | None = None,
+          parallel: int | None = None) -> Binaries:
+    """Build whatever is not current in the cache and return the binaries; raises BuildError saying what is missing.
+
+    `parallel` limits how many packages go compiles at once (`go build -p`), for a machine short of memory.
+    """
+    root = root or cache_root()
+    say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if is_built(root):
+        return binaries(root)
+    go = find_go()
+    env = go_env(root)
+    go_ver = go_version(go, env)
+    start = time.monotonic()
+    with _build_lock(root, say):
+        for component in COMPONENTS:
+            _build_component(component, root, go, env, go_ver, say, parallel)
+    say(f"all binaries built with {go_ver} in {_elapsed(start)} (cache: {root})")
+    return binaries(root)
+
+
+def require_built(root: pathlib.Path | None = None) -> Binaries:
+    """The binaries if the cache holds current ones; otherwise BuildError naming the command that builds them."""
+    if not is_built(root):
+        missing = [c.name + " " + c.version() for c in COMPONENTS if not _is_current(c, component_dir(c, root))]
+        raise BuildError(f"the real control plane's binaries are not built ({', '.join(missing)} missing or out of "
+                         f"date in {root or cache_root()}): run `python -m lab.real build` (the first build takes "
+                         f"a while, see lab/README.md)")
+    return binaries(root)
+
+
+def required() -> bool:
+    """True when a missing real backend must fail (CI) rather than be skipped."""
+    return os.environ.get(REQUIRE_ENV, "") not in ("", "0", "false", "no")

@@ -1,0 +1,564 @@
+"""One lab cluster's real control plane: etcd, kube-apiserver and kube-controller-manager as processes on loopback.
+
+    plane = RealControlPlane("a", DIR / "a", pki=certs.cluster_pki("a"),
+                             jwt_issuer=JWTIssuer("https://dex.a.lab", pki.public_ca.cert_pem),
+                             resolve={"dex.a.lab": "127.0.0.1:41234"})
+    await plane.start()                      # returns once /readyz is 200 and the controllers serve /healthz
+    plane.url, plane.ca_pem, plane.tls_server_name, plane.admin_kubeconfig
+    await plane.install_crds([CHART_CRDS])   # through the real API server's validation; waits for Established
+    await plane.apply([namespace, secret])   # server-side apply, any kind the server serves
+    token = await plane.service_account_token("d8-peering", "peering", seconds=3600)
+    await plane.stop()                       # SIGTERM each process by its pid, SIGKILL after a bound
+
+Every process binds 127.0.0.1 on a port picked by binding 127.0.0.1:0 (a clash with another process that took it
+meanwhile is seen in the log and retried with new ports). Files under DIR (the lab cluster's directory):
+`etcd/` (data and its certificates), `kube-apiserver/` (certificates, keys, the authentication configuration,
+`admin.kubeconfig`), `kube-controller-manager/`, `proxy/`, one log per process (`etcd.log`,
+`kube-apiserver.log`, `kube-controller-manager.log`, `proxy.log`) and `control-plane.json` (pids and ports).
+
+kube-apiserver reaches the JWT issuer by its name through `lab.real.proxy` (an HTTPS_PROXY on loopback that
+knows only the names in `resolve`); see that module for why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import pathlib
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from typing import Any, Iterable, Mapping
+
+import aiohttp
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from lab import certs
+from lab.real import build as builder
+from lab.real.config import (
+    Files, JWTIssuer, apiserver_args, authentication_configuration, controller_manager_args, etcd_args,
+)
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 15.0
+POLL_INTERVAL = 0.1
+# A port taken between our probe bind and the process's own bind shows up as this in the process's log.
+_PORT_CLASH = ("address already in use", "bind: address already in use")
+_PROXY_VARS = {"http_proxy", "https_proxy", "no_proxy", "all_proxy"}
+FIELD_MANAGER = "lab"
+
+
+class StartError(Exception):
+    """A control-plane process did not come up; the message quotes the end of its log."""
+
+
+def free_port() -> int:
+    """A port that was free on 127.0.0.1 a moment ago (the caller retries if it is gone by the time it binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _write(path: pathlib.Path, data: bytes | str, mode: int = 0o600) -> None:
+    """Atomically, private by default: most of these files are keys."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    os.replace(tmp, path)
+
+
+def _tail(path: pathlib.Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: if the lab process dies without stopping us, the kernel sends SIGTERM."""
+    PR_SET_PDEATHSIG = 1
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class _Process:
+    """One started binary: its Popen (stopped by pid), its log, and where its log was when it started."""
+
+    def __init__(self, name: str, argv: list[str], log_path: pathlib.Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as f:
+            self.log_offset = f.tell()
+            f.write(f"--- {time.strftime('%H:%M:%S')} {' '.join(argv)}\n".encode())
+            f.flush()
+            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                          env=env, start_new_session=True, preexec_fn=_die_with_parent)
+        self.started = time.monotonic()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def exited(self) -> int | None:
+        return self.popen.poll()
+
+    def log_since_start(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def port_clash(self) -> bool:
+        text = self.log_since_start().lower()
+        return any(s in text for s in _PORT_CLASH)
+
+    async def stop(self, timeout: float) -> None:
+        if self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while self.popen.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.popen.poll() is None:
+            log.warning("%s (pid %d) ignored SIGTERM for %.0f s; killing it", self.name, self.pid, timeout)
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.kill()
+            while self.popen.poll() is None:
+                await asyncio.sleep(0.05)
+
+
+class RealControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager for lab cluster `name`, with its files under `dir`."""
+
+    def __init__(self, name: str, dir: os.PathLike | str, *, pki: certs.ClusterPKI | None = None,
+                 jwt_issuer: JWTIssuer | None = None, resolve: Mapping[str, str] | None = None,
+                 binaries: builder.Binaries | None = None, verbosity: int = 1,
+                 start_attempts: int = 5) -> None:
+        self.name = name
+        self.files = Files(pathlib.Path(dir).resolve())
+        self.pki = pki or certs.cluster_pki(name)
+        self.jwt_issuer = jwt_issuer
+        # The names kube-apiserver must reach (the issuer's host, at least): {"dex.a.lab": "127.0.0.1:port"}.
+        self.resolve = dict(resolve or {})
+        self._binaries = binaries
+        self.verbosity = verbosity
+        self.start_attempts = start_attempts
+        # Certificates only the control plane's own parts use: etcd's serving and client certificates, the
+        # controller manager's serving certificate.
+        self._internal_ca = certs.CA(f"lab control-plane CA ({name})")
+        self._kcm_client = self.pki.client_ca.issue_client("system:kube-controller-manager")
+        self._processes: dict[str, _Process] = {}
+        self.ports: dict[str, int] = {}
+        self._discovery: dict[tuple[str, str], tuple[str, bool]] = {}
+        self.startup_seconds: dict[str, float] = {}
+
+    # --- what the lab reads ---
+
+    @property
+    def binaries(self) -> builder.Binaries:
+        if self._binaries is None:
+            self._binaries = builder.require_built()
+        return self._binaries
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The CA that signs kube-apiserver's serving certificate (the lab's public CA of this cluster)."""
+        return self.pki.public_ca.cert_pem
+
+    @property
+    def tls_server_name(self) -> str:
+        return certs.api_host(self.name)
+
+    @property
+    def admin_kubeconfig(self) -> pathlib.Path:
+        """cluster-admin by client certificate (CN=admin, O=system:masters), usable by kubectl as is."""
+        return self.files.admin_kubeconfig
+
+    def kubeconfig(self, user: Mapping[str, Any]) -> dict:
+        """A kubeconfig for this API server with `user` (a kubeconfig user entry: a token, or client cert data)."""
+        from lab.cluster import kubeconfig
+
+        return kubeconfig(self.name, self.url, self.ca_pem, self.tls_server_name, dict(user))
+
+    def ssl_context(self, cert: certs.CertKey | None = None) -> ssl.SSLContext:
+        """A client context trusting this API server; presenting `cert` (the admin's unless told otherwise)."""
+        ctx = certs.client_ssl_context(self.ca_pem, self.pki.admin if cert is None else cert)
+        return ctx
+
+    def pids(self) -> dict[str, int]:
+        return {n: p.pid for n, p in self._processes.items() if p.exited() is None}
+
+    def info(self) -> dict:
+        return {"apiServer": self.url if "apiserver" in self.ports else None, "ports": dict(self.ports),
+                "pids": self.pids(), "logs": {n: str(self.files.log(n)) for n in self._processes},
+                "kubeconfig": str(self.admin_kubeconfig), "versions": {
+                    "kube": self.binaries.kube_version, "etcd": self.binaries.etcd_version},
+                "startupSeconds": dict(self.startup_seconds)}
+
+    # --- start and stop ---
+
+    async def start(self, timeout: float = START_TIMEOUT) -> None:
+        """Start every process in order and return once each is ready; on failure, stop what started and raise
+        StartError quoting the log of the one that failed."""
+        bins = self.binaries
+        deadline = time.monotonic() + timeout
+        self._write_files()
+        try:
+            t0 = time.monotonic()
+            if self.resolve:
+                await self._start_proxy(deadline)
+            await self._start_with_ports("etcd", ("etcd", "etcd-peer"), deadline, lambda: [
+                str(bins.etcd), *etcd_args(self.name, self.files, self.ports["etcd"], self.ports["etcd-peer"])],
+                self._etcd_ready)
+            self.startup_seconds["etcd"] = round(time.monotonic() - t0, 2)
+            t1 = time.monotonic()
+            await self._start_with_ports("kube-apiserver", ("apiserver",), deadline, lambda: [
+                str(bins.kube_apiserver), *apiserver_args(self.files, self.ports["apiserver"], self.ports["etcd"],
+                                                          verbosity=self.verbosity)],
+                self._apiserver_ready)
+            self.startup_seconds["kube-apiserver"] = round(time.monotonic() - t1, 2)
+            self._write_kubeconfigs()
+            t2 = time.monotonic()
+            await self._start_with_ports("kube-controller-manager", ("controller-manager",), deadline, lambda: [
+                str(bins.kube_controller_manager), *controller_manager_args(
+                    self.files, self.ports["controller-manager"], self.name, verbosity=self.verbosity)],
+                self._kcm_ready)
+            self.startup_seconds["kube-controller-manager"] = round(time.monotonic() - t2, 2)
+            self.startup_seconds["total"] = round(time.monotonic() - t0, 2)
+        except BaseException:
+            await self.stop()
+            raise
+        self._write_pids()
+        log.info("control plane of %s ready in %.1f s at %s", self.name, self.startup_seconds["total"], self.url)
+
+    async def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop every process, the last started first, each by its pid."""
+        for name in reversed(list(self._processes)):
+            await self._processes[name].stop(timeout)
+        self._processes.clear()
+        with contextlib.suppress(OSError):
+            self.files.pids.unlink()
+
+    async def __aenter__(self) -> "RealControlPlane":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS}
+        if "proxy" in self.ports:
+            # Go never proxies loopback addresses (etcd, the controller manager's own calls): only the names.
+            env["HTTPS_PROXY"] = f"http://127.0.0.1:{self.ports['proxy']}"
+            env["NO_PROXY"] = "127.0.0.1,localhost,::1"
+        return env
+
+    def _spawn(self, name: str, argv: list[str]) -> _Process:
+        proc = _Process(name, argv, self.files.log(name), self._env())
+        self._processes[name] = proc
+        return proc
+
+    async def _start_proxy(self, deadline: float) -> None:
+        self.files.proxy_port.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "lab.real.proxy", "--port-file", str(self.files.proxy_port)]
+        for host, target in sorted(self.resolve.items()):
+            argv += ["--map", f"{host}={target}"]
+        proc = self._spawn("proxy", argv)
+
+        async def ready() -> bool:
+            try:
+                self.ports["proxy"] = int(self.files.proxy_port.read_text())
+                return True
+            except (OSError, ValueError):
+                return False
+
+        await self._wait(proc, ready, deadline)
+
+    async def _start_with_ports(self, name: str, port_names: tuple[str, ...], deadline: float, argv,
+                                ready) -> None:
+        for attempt in range(1, self.start_attempts + 1):
+            for p in port_names:
+                self.ports[p] = free_port()
+            proc = self._spawn(name, argv())
+            try:
+                await self._wait(proc, ready, deadline)
+                return
+            except StartError:
+                if not proc.port_clash() or attempt == self.start_attempts:
+                    raise
+                log.info("%s lost a port to another process (attempt %d); retrying with new ports", name, attempt)
+                await proc.stop(STOP_TIMEOUT)
+
+    async def _wait(self, proc: _Process, ready, deadline: float) -> None:
+        """Poll `ready()` until it is true; fail at once when the process exits, or at the deadline."""
+        while True:
+            rc = proc.exited()
+            if rc is not None:
+                raise StartError(f"{proc.name} exited with code {rc} while starting; the end of "
+                                 f"{proc.log_path}:\n{_tail(proc.log_path)}")
+            if await ready():
+                return
+            if time.monotonic() > deadline:
+                await proc.stop(STOP_TIMEOUT)
+                raise StartError(f"{proc.name} was not ready after {time.monotonic() - proc.started:.0f} s; the "
+                                 f"end of {proc.log_path}:\n{_tail(proc.log_path)}")
+            await asyncio.sleep(POLL_INTERVAL)
+
+    async def _get_ok(self, url: str, ctx: ssl.SSLContext) -> bool:
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as s:
+                async with s.get(url, ssl=ctx) as r:
+                    await r.read()
+                    return r.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return False
+
+    async def _etcd_ready(self) -> bool:
+        return await self._get_ok(f"https://127.0.0.1:{self.ports['etcd']}/health", self._etcd_client_context())
+
+    async def _apiserver_ready(self) -> bool:
+        return await self._get_ok(f"{self.url}/readyz", self.ssl_context())
+
+    async def _kcm_ready(self) -> bool:
+        ctx = certs.client_ssl_context(self._internal_ca.cert_pem)
+        return await self._get_ok(f"https://127.0.0.1:{self.ports['controller-manager']}/healthz", ctx)
+
+    def _etcd_client_context(self) -> ssl.SSLContext:
+        return certs.client_ssl_context(self._internal_ca.cert_pem, self._etcd_client)
+
+    # --- files ---
+
+    def _write_files(self) -> None:
+        f = self.files
+        ca = self._internal_ca
+        etcd_server = ca.issue_server(["localhost"], ["127.0.0.1"])
+        self._etcd_client = ca.issue_client("kube-apiserver-etcd-client")
+        kcm_serving = ca.issue_server(["localhost"], ["127.0.0.1"])
+        _write(f.etcd_ca, ca.cert_pem, 0o644)
+        _write(f.etcd_cert, etcd_server.cert_pem, 0o644)
+        _write(f.etcd_key, etcd_server.key_pem)
+        _write(f.etcd_client_cert, self._etcd_client.cert_pem, 0o644)
+        _write(f.etcd_client_key, self._etcd_client.key_pem)
+        _write(f.serving_cert, self.pki.api.cert_pem, 0o644)
+        _write(f.serving_key, self.pki.api.key_pem)
+        _write(f.client_ca, self.pki.client_ca.cert_pem, 0o644)
+        if not f.sa_key.exists():
+            # The cluster's ServiceAccount signing key: kept across restarts of the same directory, so that tokens
+            # issued before a restart stay valid, as on a real cluster.
+            key = ec.generate_private_key(ec.SECP256R1())
+            _write(f.sa_key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+            _write(f.sa_pub, key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                           serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
+        _write(f.authn_config, json.dumps(authentication_configuration(self.jwt_issuer), indent=2))
+        _write(f.kcm_cert, kcm_serving.cert_pem, 0o644)
+        _write(f.kcm_key, kcm_serving.key_pem)
+        f.etcd_data.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def _write_kubeconfigs(self) -> None:
+        def cert_user(ck: certs.CertKey) -> dict:
+            import base64
+            return {"client-certificate-data": base64.b64encode(ck.cert_pem).decode(),
+                    "client-key-data": base64.b64encode(ck.key_pem).decode()}
+
+        # JSON, which every YAML reader reads the same: Go's YAML 1.1 takes an unquoted cluster name `y`, `n`,
+        # `on` or `off` for a boolean, and PyYAML does not quote them.
+        _write(self.files.admin_kubeconfig, json.dumps(self.kubeconfig(cert_user(self.pki.admin)), indent=2))
+        _write(self.files.kcm_kubeconfig, json.dumps(self.kubeconfig(cert_user(self._kcm_client)), indent=2))
+
+    def _write_pids(self) -> None:
+        _write(self.files.pids, json.dumps({"pids": self.pids(), "ports": self.ports}, indent=2) + "\n", 0o644)
+
+    # --- the API, for seeding ---
+
+    @contextlib.asynccontextmanager
+    async def session(self, cert: certs.CertKey | None = None):
+        """An aiohttp session to this API server as the admin (or `cert`); paths are relative to `url`."""
+        connector = aiohttp.TCPConnector(ssl=self.ssl_context(cert))
+        async with aiohttp.ClientSession(base_url=self.url, connector=connector,
+                                         timeout=aiohttp.ClientTimeout(total=30)) as s:
+            yield s
+
+    async def _resource(self, s: aiohttp.ClientSession, api_version: str, kind: str) -> tuple[str, bool]:
+        """(plural, namespaced) of `kind` in `api_version`, from discovery; asked again on a miss."""
+        key = (api_version, kind)
+        if key not in self._discovery:
+            path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            async with s.get(path) as r:
+                body = await _body(r)
+                if r.status != 200:
+                    raise ApplyError(f"{kind} ({api_version}) is not served by {self.name}'s kube-apiserver: GET "
+                                     f"{path} answered {r.status} {body.get('message', '')}: install its CRD first")
+            for res in body.get("resources", []):
+                if "/" not in res["name"]:
+                    self._discovery[(api_version, res["kind"])] = (res["name"], res["namespaced"])
+            if key not in self._discovery:
+                raise ApplyError(f"{api_version} has no kind {kind} on {self.name}'s kube-apiserver")
+        return self._discovery[key]
+
+    async def _object_path(self, s: aiohttp.ClientSession, obj: Mapping) -> str:
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        meta = obj.get("metadata") or {}
+        if not api_version or not kind or not meta.get("name"):
+            raise ApplyError(f"an object to apply needs apiVersion, kind and metadata.name; got "
+                             f"{api_version!r} {kind!r} {meta.get('name')!r}")
+        plural, namespaced = await self._resource(s, api_version, kind)
+        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        if namespaced:
+            ns = meta.get("namespace")
+            if not ns:
+                raise ApplyError(f"{kind} {meta['name']} is namespaced: give metadata.namespace")
+            return f"{base}/namespaces/{ns}/{plural}/{meta['name']}"
+        return f"{base}/{plural}/{meta['name']}"
+
+    async def apply(self, objects: Iterable[Mapping], *, field_manager: str = FIELD_MANAGER) -> list[dict]:
+        """Server-side apply each object (in order) with strict field validation; returns what the server stored."""
+        stored = []
+        async with self.session() as s:
+            for obj in objects:
+                path = await self._object_path(s, obj)
+                async with s.patch(path, data=json.dumps(obj),
+                                   params={"fieldManager": field_manager, "force": "true",
+                                           "fieldValidation": "Strict"},
+                                   headers={"Content-Type": "application/apply-patch+yaml"}) as r:
+                    body = await _body(r)
+                    if r.status >= 300:
+                        meta = obj.get("metadata", {})
+                        raise ApplyError(f"{self.name}: applying {obj.get('kind')} "
+                                         f"{meta.get('namespace', '') + '/' if meta.get('namespace') else ''}"
+                                         f"{meta.get('name')} was refused ({r.status} {body.get('reason', '')}): "
+                                         f"{body.get('message', body)}")
+                    stored.append(body)
+        return stored
+
+    async def install_crds(self, sources: Iterable[os.PathLike | str | Mapping], *,
+                           strip_keys: Iterable[str] = ("x-kubernetes-sensitive-data",),
+                           timeout: float = 30.0) -> list[str]:
+        """Apply CustomResourceDefinitions (files, directories of *.yaml, or dicts) and wait until each is
+        Established and each served version lists. Schema keys in `strip_keys` are removed first and their places returned: a stock
+        kube-apiserver does not know Deckhouse's `x-kubernetes-sensitive-data` and refuses it under strict
+        field validation (pass `strip_keys=()` to see that)."""
+        crds = [doc for doc in load_documents(sources) if doc.get("kind") == "CustomResourceDefinition"]
+        strip = tuple(strip_keys)
+        stripped: list[str] = []
+        for crd in crds:
+            stripped += strip_schema_keys(crd, strip)
+        stored = await self.apply(crds)
+        deadline = time.monotonic() + timeout
+        async with self.session() as s:
+            for crd in stored:
+                name = crd["metadata"]["name"]
+                while True:
+                    async with s.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") as r:
+                        conds = {c["type"]: c for c in (await r.json()).get("status", {}).get("conditions", [])}
+                    if conds.get("Established", {}).get("status") == "True":
+                        break
+                    if time.monotonic() > deadline:
+                        raise ApplyError(f"CRD {name} was not Established after {timeout:.0f} s: "
+                                         f"{json.dumps(list(conds.values()))}")
+                    await asyncio.sleep(POLL_INTERVAL)
+                # Established is not yet served: until its watch cache is filled, kube-apiserver answers a list
+                # with 429 "storage is (re)initializing". On a real cluster a module starts long after its CRDs.
+                group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+                for version in (v["name"] for v in crd["spec"]["versions"] if v.get("served")):
+                    while True:
+                        async with s.get(f"/apis/{group}/{version}/{plural}", params={"limit": "1"}) as r:
+                            await r.read()
+                            if r.status == 200:
+                                break
+                            if r.status != 429 or time.monotonic() > deadline:
+                                raise ApplyError(f"CRD {name} is Established but listing {group}/{version} "
+                                                 f"{plural} answers {r.status}")
+                        await asyncio.sleep(POLL_INTERVAL)
+        self._discovery.clear()
+        return stripped
+
+    async def service_account_token(self, namespace: str, name: str, *, seconds: int = 3600,
+                                    audiences: Iterable[str] = ()) -> str:
+        """A token of ServiceAccount namespace/name from the TokenRequest API (the account must exist)."""
+        spec: dict = {"expirationSeconds": seconds}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        async with self.session() as s:
+            async with s.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                              json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                    "spec": spec}) as r:
+                body = await _body(r)
+                if r.status != 201:
+                    raise ApplyError(f"TokenRequest for {namespace}/{name} refused ({r.status}): "
+                                     f"{body.get('message', body)}")
+                return body["status"]["token"]
+
+
+async def _body(r: aiohttp.ClientResponse) -> dict:
+    """The JSON answer, or the text of one that is not JSON (`404 page not found`) as its message."""
+    text = await r.text()
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return {"message": text.strip()}
+    return body if isinstance(body, dict) else {"message": text.strip()}
+
+
+class ApplyError(Exception):
+    """The API server refused to seed an object; the message names the object and quotes the server."""
+
+
+def load_documents(sources: Iterable[os.PathLike | str | Mapping]) -> list[dict]:
+    """YAML documents from files, from the *.yaml/*.yml files of directories (sorted), or dicts as they are."""
+    docs: list[dict] = []
+    for src in sources:
+        if isinstance(src, Mapping):
+            docs.append(dict(src))
+            continue
+        path = pathlib.Path(src)
+        files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
+        if not files:
+            raise ApplyError(f"{path} holds no *.yaml files")
+        for file in files:
+            docs += [d for d in yaml.safe_load_all(file.read_text()) if d]
+    return docs
+
+
+def strip_schema_keys(crd: dict, keys: tuple[str, ...]) -> list[str]:
+    """Remove `keys` wherever they occur in the CRD's version schemas; returns the places, as JSON pointers."""
+    found: list[str] = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            for k in [k for k in node if k in keys]:
+                del node[k]
+                found.append(f"{where}/{k}")
+            for k, v in node.items():
+                walk(v, f"{where}/{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{where}/{i}")
+
+    if keys:
+        for i, version in enumerate(crd.get("spec", {}).get("versions", [])):
+            walk(version.get("schema"), f"{crd.get('metadata', {}).get('name')}/spec/versions/{i}/schema")
+    return found
