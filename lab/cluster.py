@@ -66,8 +66,11 @@ DEX_CLIENT_ID = MODULE_DEX_CLIENT_ID
 DEX_CLIENT_SECRET_NAME = MODULE_DEX_CLIENT_SECRET_NAME
 # Every default Deckhouse cluster's ServiceAccount issuer, so every lab cluster's (each with its own key).
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-# The kinds of the chart the emulator serves; the rest (Deployment, Service, Ingress, ...) the lab plays itself.
-CHART_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+# The modules a lab cluster has enabled, as global.enabledModules: user-authn (required), cert-manager (the https
+# mode), multitenancy-manager (Projects). No monitoring or VPA modules, so none of their objects are rendered.
+LAB_ENABLED_MODULES = ("user-authn", "cert-manager", "multitenancy-manager")
+# Namespaces first, roles before their bindings: the order an install needs; other kinds after these.
+INSTALL_ORDER = ("Namespace", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
 # The peering process gets a token that outlives any lab run.
 PEERING_TOKEN_SECONDS = 7 * 24 * 3600
 READY_TIMEOUT = 90.0
@@ -433,37 +436,32 @@ class LabCluster:
         self._peering_token = token
 
     def chart_objects(self) -> list[dict]:
-        """The chart's objects of the kinds the emulator serves, rendered as Deckhouse would for this cluster."""
-        import helm_python
+        """The module's objects as Deckhouse renders them for this cluster (lab/deckhouse_module.py), of the kinds
+        the emulator serves, in the order an install needs; the rest (Deployment, Services, Ingress, ...) the lab
+        plays itself, and `self.chart_skipped` names them."""
+        from lab import deckhouse_module
 
-        chart = helm_python.Chart.load(str(CHART))
-        values = {"publicDomainTemplate": f"%s.{self.name}.lab", "https": {"mode": "CertManager"}}
-        rendered = chart.render(values=values, name="peering", namespace=NAMESPACE, is_install=True)
-        objs: list[dict] = []
-        for path in sorted(rendered):
-            for doc in yaml.safe_load_all(rendered[path]):
-                if isinstance(doc, dict) and doc.get("kind") in CHART_KINDS:
-                    objs.append(doc)
-        # Namespaces first, ClusterRoles before bindings: the order kubectl apply would need.
-        objs.sort(key=lambda o: CHART_KINDS.index(o["kind"]))
-        return objs
+        values = deckhouse_module.module_values(
+            {}, public_domain_template=f"%s.{self.name}.lab", cluster_uuid=self.uuid,
+            https={"mode": "CertManager", "certManager": {"clusterIssuerName": "letsencrypt"}},
+            enabled_modules=LAB_ENABLED_MODULES)
+        served, skipped = [], set()
+        for obj in deckhouse_module.render(values):
+            if self.api is not None and self.api.registry.by_kind(obj["apiVersion"], obj["kind"]) is None:
+                skipped.add(f"{obj['apiVersion']}/{obj['kind']}")
+            else:
+                served.append(obj)
+        self.chart_skipped = sorted(skipped)
+        served.sort(key=lambda o: INSTALL_ORDER.index(o["kind"]) if o["kind"] in INSTALL_ORDER else len(INSTALL_ORDER))
+        return served
 
     async def install_chart_rbac(self) -> None:
-        if not (CHART / "Chart.yaml").exists() or not (CHART / "templates").is_dir():
-            log.warning("cluster %s: charts/peering is not there yet; the module's RBAC is not installed", self.name)
-            return
-        try:
-            objs = await asyncio.to_thread(self.chart_objects)
-        except Exception as e:
-            log.warning("cluster %s: charts/peering does not render (%s); the module's RBAC is not installed",
-                        self.name, e)
-            return
-        namespaced = {"ServiceAccount", "Role", "RoleBinding"}
+        """Install the module from charts/peering as Deckhouse would, every object of a kind the emulator serves."""
+        objs = await asyncio.to_thread(self.chart_objects)
         for obj in objs:
-            if obj["kind"] in namespaced:
-                obj["metadata"].setdefault("namespace", NAMESPACE)
             _ignore_exists(lambda obj=obj: self.api.create(obj))
-        log.info("cluster %s: installed %d RBAC objects from charts/peering", self.name, len(objs))
+        log.info("cluster %s: installed %d objects of charts/peering; not served by the emulator: %s", self.name,
+                 len(objs), ", ".join(self.chart_skipped) or "none")
 
     # --- files ---
 
