@@ -12,6 +12,8 @@ def load_crds() -> dict[str, dict]:
     """The CRDs of the chart by kind, read from charts/peering/crds/."""
     crds: dict[str, dict] = {}
     for path in sorted(CRD_DIR.glob("*.yaml")):
+        if path.name.startswith("doc-ru-"):
+            continue  # the Russian descriptions for the documentation, not CRDs
         for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
             if doc:
                 crds[doc["spec"]["names"]["kind"]] = doc

@@ -314,11 +314,20 @@ def test_printer_columns_are_those_the_guide_reads(crds, guide_text: str) -> Non
 
 
 def test_each_crd_file_holds_one_crd() -> None:
-    """One CRD per file and no stray documents: Helm installs every document under crds/ as it is."""
+    """One CRD per file and no stray documents: Deckhouse installs every document under crds/ as it is. Beside
+    each CRD, doc-ru-<file> holds its Russian descriptions for the documentation and nothing else."""
     kinds = []
-    for path in sorted(CRD_DIR.glob("*")):
+    paths = sorted(CRD_DIR.glob("*"))
+    translations = {p.name.removeprefix("doc-ru-") for p in paths if p.name.startswith("doc-ru-")}
+    for path in paths:
         docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
         assert path.suffix == ".yaml" and len(docs) == 1, path.name
+        if path.name.startswith("doc-ru-"):
+            assert set(docs[0]) == {"spec"} and set(docs[0]["spec"]) == {"versions"}, path.name
+            continue
         assert docs[0]["kind"] == "CustomResourceDefinition", path.name
+        assert docs[0]["metadata"]["labels"]["heritage"] == "deckhouse", path.name
+        assert docs[0]["metadata"]["labels"]["module"] == "peering", path.name
         kinds.append(docs[0]["spec"]["names"]["kind"])
     assert sorted(kinds) == sorted(KINDS)
+    assert translations == {p.name for p in paths if not p.name.startswith("doc-ru-")}

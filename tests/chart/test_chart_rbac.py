@@ -1,5 +1,7 @@
-"""RBAC of the chart: the process gets exactly the calls it makes, with no wildcard anywhere, and the roles for
-people nest viewer < editor < admin with the connection strings (clusterpeers/sensitive) for admin only."""
+"""RBAC of the module in Deckhouse's layout: the process (rbac-for-us.yaml, d8:peering:*) gets exactly the calls it
+makes, with no wildcard anywhere; the roles for people (user-authz d8:user-authz:peering:<level> and RBACv2) nest
+user < cluster-editor < cluster-admin, only the admin-level roles read the connection strings
+(get/list/watch on clusterpeers/sensitive, the verbs the masking checks), and no role has clusterpeers/status."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ import pytest
 import yaml
 
 from chart_paths import CHART_DIR
+from module_values import BASE_MODULES, OPTIONAL, objects as render_objects, values
 
-VALUES = {"global": {"modules": {"publicDomainTemplate": "%s.example.com"}}}
 SA = ("d8-peering", "peering")
 CLUSTER = "*"
 PEERING = "peering.deckhouse.io"
@@ -45,11 +47,19 @@ PROCESS = (
 )
 
 
+# Deckhouse's common ClusterRole for kube-rbac-proxy, which the module binds and does not render.
+EXTERNAL_ROLES = {("ClusterRole", "d8:rbac-proxy", None): [
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+]}
+RBAC_PROXY = (grants(CLUSTER, ["authentication.k8s.io"], ["tokenreviews"], ("create",))
+              | grants(CLUSTER, ["authorization.k8s.io"], ["subjectaccessreviews"], ("create",)))
+
+
 @pytest.fixture(scope="module")
 def objects() -> list[dict]:
     with helm.Chart.load(CHART_DIR) as chart:
-        manifests = chart.render(VALUES, name="peering", namespace="d8-peering")
-    return [doc for text in manifests.values() for doc in yaml.safe_load_all(text) if doc]
+        return render_objects(chart, values(enabled_modules=BASE_MODULES + OPTIONAL))
 
 
 def roles(objects: list[dict]) -> dict[tuple[str, str, str | None], list[dict]]:
@@ -72,7 +82,7 @@ def expand(rules: list[dict], scope: str) -> set[tuple]:
 
 def granted_to(objects: list[dict], subject: tuple[str, str]) -> set[tuple]:
     """Everything the bindings of the chart give the ServiceAccount `subject` (namespace, name)."""
-    by_ref = roles(objects)
+    by_ref = {**EXTERNAL_ROLES, **roles(objects)}
     out: set[tuple] = set()
     for binding in objects:
         if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
@@ -97,7 +107,7 @@ def test_no_rule_has_a_wildcard(objects) -> None:
 
 def test_the_process_gets_exactly_what_it_calls(objects) -> None:
     got = granted_to(objects, SA)
-    assert got - PROCESS == set(), "granted but not needed"
+    assert got - PROCESS - RBAC_PROXY == set(), "granted but not needed"
     assert PROCESS - got == set(), "needed but not granted"
 
 
@@ -122,19 +132,60 @@ def test_the_expansion_sees_a_missing_permission(objects) -> None:
     assert PROCESS - granted_to(trimmed, SA) == grants("d8-peering", ["coordination.k8s.io"], ["leases"], ALL)
 
 
-def user_role(objects: list[dict], name: str) -> set[tuple]:
-    return expand(roles(objects)[("ClusterRole", f"d8:peering:{name}", None)], CLUSTER)
+def cluster_role(objects: list[dict], name: str) -> set[tuple]:
+    return expand(roles(objects)[("ClusterRole", name, None)], CLUSTER)
+
+
+def test_the_process_rbac_is_in_rbac_for_us_with_deckhouse_names() -> None:
+    text = (CHART_DIR / "templates" / "rbac-for-us.yaml").read_text()
+    assert "kind: ServiceAccount" in text
+    assert "d8:peering:controller" in text
 
 
 def test_user_roles_nest_and_only_admin_sees_connection_strings(objects) -> None:
-    viewer, editor, admin = (user_role(objects, n) for n in ("viewer", "editor", "admin"))
-    assert viewer < editor < admin
-    for role in (viewer, editor, admin):
+    user, editor, admin = (cluster_role(objects, f"d8:user-authz:peering:{n}")
+                           for n in ("user", "cluster-editor", "cluster-admin"))
+    assert user < editor < admin
+    for role in (user, editor, admin):
         assert {g for (_, g, _, _, _) in role} == {PEERING}
+    # Only the verbs the masking checks: writes are never gated by clusterpeers/sensitive.
     assert {t for t in admin if t[2] == "clusterpeers/sensitive"} == grants(
-        CLUSTER, [PEERING], ["clusterpeers/sensitive"], (*READ, "create", "update", "patch"))
-    assert not {t for t in editor | viewer if t[2].endswith("/sensitive")}
-    assert viewer == grants(CLUSTER, [PEERING], ["clusterpeers", "peeringcapabilities", "projectpeers"], READ)
-    assert editor - viewer == grants(CLUSTER, [PEERING], ["clusterpeers"], ("create", "update", "patch", "delete"))
+        CLUSTER, [PEERING], ["clusterpeers/sensitive"], READ)
+    assert not {t for t in editor | user if t[2].endswith("/sensitive")}
+    assert user == grants(CLUSTER, [PEERING], ["clusterpeers", "peeringcapabilities", "projectpeers"], READ)
+    assert editor - user == grants(CLUSTER, [PEERING], ["clusterpeers"], ("create", "update", "patch", "delete"))
     # ProjectPeers are the module's to write; nobody edits them by hand.
     assert not {t for t in admin if t[2] == "projectpeers" and t[3] not in READ}
+
+
+def test_user_authz_roles_carry_their_access_level() -> None:
+    with helm.Chart.load(CHART_DIR) as chart:
+        objs = render_objects(chart, values())
+    levels = {o["metadata"]["name"]: o["metadata"]["annotations"]["user-authz.deckhouse.io/access-level"]
+              for o in objs if o["metadata"]["name"].startswith("d8:user-authz:")}
+    assert levels == {"d8:user-authz:peering:user": "User", "d8:user-authz:peering:cluster-editor": "ClusterEditor",
+                      "d8:user-authz:peering:cluster-admin": "ClusterAdmin"}
+
+
+def test_rbacv2_roles_carry_deckhouse_labels_and_nest(objects) -> None:
+    by_name = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
+    view, edit = (by_name[f"d8:manage:permission:module:peering:{a}"] for a in ("view", "edit"))
+    for role, level in ((view, "viewer"), (edit, "manager")):
+        labels = role["metadata"]["labels"]
+        assert (labels["rbac.deckhouse.io/kind"], labels["rbac.deckhouse.io/level"],
+                labels["rbac.deckhouse.io/aggregate-to-kubernetes-as"]) == ("manage", "module", level)
+    use = by_name["d8:use:capability:module:peering:view"]
+    assert use["metadata"]["labels"]["rbac.deckhouse.io/kind"] == "use"
+    assert expand(use["rules"], CLUSTER) == grants(CLUSTER, [PEERING], ["projectpeers"], READ)
+    v, e = expand(view["rules"], CLUSTER), expand(edit["rules"], CLUSTER)
+    assert v < e
+    assert {t for t in e if t[2] == "clusterpeers/sensitive"} == grants(
+        CLUSTER, [PEERING], ["clusterpeers/sensitive"], READ)
+    assert not {t for t in v if t[2].endswith("/sensitive")}
+
+
+def test_no_role_for_people_has_the_status_subresource(objects) -> None:
+    """Deckhouse's masking does not cover clusterpeers/status: its GET shows the invitation in clear."""
+    for key, rules in roles(objects).items():
+        if key[1].startswith(("d8:user-authz:", "d8:manage:", "d8:use:")):
+            assert not {t for t in expand(rules, CLUSTER) if t[2].endswith("/status")}, key

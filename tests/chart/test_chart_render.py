@@ -1,10 +1,11 @@
-"""The chart renders with the Helm v4 SDK in every supported mode, every object it renders is valid against the
-Kubernetes schemas, lint is clean, and the objects say what the module needs: the process's arguments, ports,
-probes and hardening, the four Services, the join Ingress with TLS by https.mode, and RBAC without wildcards."""
+"""The module renders with the Helm v4 SDK from values shaped exactly as Deckhouse passes them (`global.*` and
+`peering.*`, lab/deckhouse_module.py), in every https and entrance mode, with and without the optional modules;
+every object it renders is valid against the Kubernetes schemas; and the objects say what the module needs: the
+process's arguments, ports, probes and hardening, the Services, the join Ingress with TLS by https mode, the
+entrance by its mode, the parts each optional module brings, and a clear failure for every value it cannot use."""
 
 from __future__ import annotations
 
-import copy
 import itertools
 
 import helm_python as helm
@@ -14,21 +15,20 @@ import yaml
 from kubernetes_validate.utils import SchemaNotFoundError
 
 from chart_paths import CHART_DIR
+from module_values import (BASE_MODULES, CERT_MANAGER, CUSTOM_CERTIFICATE, OPTIONAL, kinds, objects, one,
+                           values)
+from lab import deckhouse_module
 
 KUBE_VERSIONS = ("1.30", "1.37")
 NAMESPACE = "d8-peering"
-GLOBAL = {"global": {"modules": {"publicDomainTemplate": "%s.example.com"}}}
-CERT_MANAGER = {
-    "global": {"modules": {"publicDomainTemplate": "%s.example.com",
-                           "https": {"mode": "CertManager", "certManager": {"clusterIssuerName": "company-ca"}}}}
-}
-CUSTOM_CERTIFICATE = {
-    "global": {"modules": {"publicDomainTemplate": "%s.example.com",
-                           "https": {"mode": "CustomCertificate",
-                                     "customCertificate": {"secretName": "example-com-tls"}}}}
-}
-MODES = {"CertManager": CERT_MANAGER, "CustomCertificate": CUSTOM_CERTIFICATE}
-ENTRANCE_MODES = ("LoadBalancer", "IngressNginxPassthrough")
+HTTPS = {"CertManager": CERT_MANAGER, "CustomCertificate": CUSTOM_CERTIFICATE}
+ENTRANCE = {"LoadBalancer": {}, "IngressNginxPassthrough": {"entrance": {
+    "mode": "IngressNginxPassthrough", "ingressNginx": {"ingressClass": "passthrough"}}}}
+MODULE_SETS = {"required-only": BASE_MODULES, "with-optional": BASE_MODULES + OPTIONAL}
+# Kinds outside the Kubernetes schemas: those of Deckhouse's modules and of cert-manager.
+FOREIGN = {"cert-manager.io/v1/Certificate", "deckhouse.io/v1/DexClient", "monitoring.coreos.com/v1/PodMonitor",
+           "monitoring.coreos.com/v1/PrometheusRule", "deckhouse.io/v1/GrafanaDashboardDefinition",
+           "autoscaling.k8s.io/v1/VerticalPodAutoscaler"}
 
 
 @pytest.fixture(scope="module")
@@ -37,36 +37,10 @@ def chart():
         yield loaded
 
 
-def merged(*layers: dict) -> dict:
-    out: dict = {}
-    for layer in layers:
-        _merge(out, copy.deepcopy(layer))
-    return out
-
-
-def _merge(into: dict, layer: dict) -> None:
-    for key, value in layer.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
-
-
-def render(chart, values: dict) -> list[dict]:
-    manifests = chart.render(values, name="peering", namespace=NAMESPACE, is_install=True)
-    return [doc for text in manifests.values() for doc in yaml.safe_load_all(text) if doc]
-
-
-def one(objects: list[dict], kind: str, name: str) -> dict:
-    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
-    return found[0]
-
-
-def validate_all(objects: list[dict], version: str) -> set[str]:
+def validate_all(objs: list[dict], version: str) -> set[str]:
     """Validate every object strictly (unknown fields are errors); return the kinds the schemas do not know."""
     skipped: set[str] = set()
-    for obj in objects:
+    for obj in objs:
         try:
             kubernetes_validate.validate(obj, version, strict=True)
         except SchemaNotFoundError:
@@ -74,22 +48,26 @@ def validate_all(objects: list[dict], version: str) -> set[str]:
     return skipped
 
 
-@pytest.mark.parametrize(("https_mode", "entrance_mode"), list(itertools.product(MODES, ENTRANCE_MODES)))
-def test_every_rendered_object_is_valid_kubernetes(chart, https_mode: str, entrance_mode: str) -> None:
-    objects = render(chart, merged(MODES[https_mode], {"entrance": {"mode": entrance_mode}}))
+CASES = list(itertools.product(HTTPS, ENTRANCE, MODULE_SETS))
+
+
+@pytest.mark.parametrize(("https", "entrance", "modules"), CASES)
+def test_every_rendered_object_is_valid_kubernetes(chart, https: str, entrance: str, modules: str) -> None:
+    objs = objects(chart, values(ENTRANCE[entrance], https=HTTPS[https], enabled_modules=MODULE_SETS[modules]))
     for version in KUBE_VERSIONS:
-        skipped = validate_all(objects, version)
-        # cert-manager's Certificate is the only kind outside the Kubernetes schemas.
-        assert skipped == ({"cert-manager.io/v1/Certificate"} if https_mode == "CertManager" else set())
-    kinds = sorted(o["kind"] for o in objects)
+        assert validate_all(objs, version) <= FOREIGN
+    optional = modules == "with-optional"
     expected = sorted(
-        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Role", "RoleBinding",
-         "RoleBinding", "ClusterRole", "ClusterRole", "ClusterRole", "Deployment", "Service", "Service", "Service",
-         "Service", "Ingress", "PodDisruptionBudget"]
-        + (["Certificate"] if https_mode == "CertManager" else [])
-        + (["Ingress"] if entrance_mode == "IngressNginxPassthrough" else [])
+        ["Namespace", "ConfigMap", "ServiceAccount", "Deployment", "Service", "Service", "Service", "Ingress",
+         "PodDisruptionBudget", "NetworkPolicy", "DexClient", "ValidatingAdmissionPolicy",
+         "ValidatingAdmissionPolicyBinding"]
+        + ["ClusterRole"] * 7 + ["ClusterRoleBinding"] * 2 + ["Role"] * 2 + ["RoleBinding"] * 2
+        + (["Certificate"] if https == "CertManager" else ["Secret"])
+        + (["Ingress"] if entrance == "IngressNginxPassthrough" else [])
+        + (["PodMonitor", "PrometheusRule", "GrafanaDashboardDefinition", "VerticalPodAutoscaler"] if optional
+           else [])
     )
-    assert kinds == expected
+    assert kinds(objs) == expected
 
 
 def test_a_broken_object_fails_validation() -> None:
@@ -100,10 +78,10 @@ def test_a_broken_object_fails_validation() -> None:
         kubernetes_validate.validate(bad, "1.30", strict=True)
 
 
-def test_crds_are_valid_custom_resource_definitions(chart) -> None:
+def test_crds_are_valid_custom_resource_definitions() -> None:
     """The CRDs validate against apiextensions.k8s.io/v1. Upstream's schema does not know Deckhouse's
     x-kubernetes-sensitive-data, so the strict pass runs without exactly the two markers the reference asks for."""
-    crds = [yaml.safe_load(c["data"]) for c in chart.crds]
+    crds = deckhouse_module.crds()
     assert sorted(c["spec"]["names"]["kind"] for c in crds) == ["ClusterPeer", "PeeringCapability", "ProjectPeer"]
     removed: list[str] = []
 
@@ -120,10 +98,9 @@ def test_crds_are_valid_custom_resource_definitions(chart) -> None:
     for crd in crds:
         for version in KUBE_VERSIONS:
             kubernetes_validate.validate(crd, version, strict=False)
-        upstream = copy.deepcopy(crd)
-        strip(upstream, crd["spec"]["names"]["kind"])
+        strip(crd, crd["spec"]["names"]["kind"])
         for version in KUBE_VERSIONS:
-            kubernetes_validate.validate(upstream, version, strict=True)
+            kubernetes_validate.validate(crd, version, strict=True)
     assert sorted(p.replace(".properties.", ".").split("openAPIV3Schema.")[1] for p in removed) == [
         "spec.join.connectionString",
         "status.invite.connectionString",
@@ -135,248 +112,309 @@ def test_the_sdk_is_helm_4() -> None:
     assert helm.helm_sdk_version().startswith("v4.")
 
 
-@pytest.mark.parametrize(("https_mode", "entrance_mode"), list(itertools.product(MODES, ENTRANCE_MODES)))
-def test_lint_is_clean(https_mode: str, entrance_mode: str) -> None:
-    values = merged(MODES[https_mode], {"entrance": {"mode": entrance_mode}})
-    report = helm.lint(CHART_DIR, values, strict=True, namespace=NAMESPACE, kube_version="v1.30.0")
-    assert report["errors"] == [] and report["messages"] == []
-
-
-def test_lint_reports_a_bad_value() -> None:
-    """Lint must be able to complain, or a clean report means nothing. (Helm's lint renders with `fail` made
-    lenient, so the template checks are proven by rendering below; the schema is what lint enforces.)"""
-    report = helm.lint(CHART_DIR, merged(GLOBAL, {"replicas": 0}), strict=True, namespace=NAMESPACE)
-    assert any("/replicas" in m["error"] for m in report["messages"] if m["severity"] == 3)
+def test_helm_never_packages_what_deckhouse_reads_itself(chart) -> None:
+    """crds/, openapi/, hooks/, images/ and docs/ are Deckhouse's to read; Helm sees templates/ and monitoring/."""
+    assert chart.crds == []
+    ignored = [line.strip() for line in (CHART_DIR / ".helmignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")]
+    assert {"crds/", "docs/", "hooks/", "images/", "openapi/"} <= set(ignored)
+    assert "monitoring/" not in ignored and "templates/" not in ignored
 
 
 def test_cert_manager_mode_issues_the_join_certificate_from_the_cluster_issuer(chart) -> None:
-    objects = render(chart, CERT_MANAGER)
-    cert = one(objects, "Certificate", "peering-join")
-    ingress = one(objects, "Ingress", "peering-join")
+    objs = objects(chart, values())
+    cert = one(objs, "Certificate", "peering-join")
+    ingress = one(objs, "Ingress", "peering-join")
     assert cert["metadata"]["namespace"] == NAMESPACE
     assert cert["spec"]["dnsNames"] == ["peering.example.com"]
     assert cert["spec"]["issuerRef"] == {"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "company-ca"}
     assert ingress["spec"]["tls"] == [{"hosts": ["peering.example.com"], "secretName": cert["spec"]["secretName"]}]
+    assert cert["spec"]["secretName"] == "ingress-tls"
 
 
-def test_custom_certificate_mode_serves_the_named_secret(chart) -> None:
-    objects = render(chart, CUSTOM_CERTIFICATE)
-    assert not [o for o in objects if o["kind"] == "Certificate"]
-    ingress = one(objects, "Ingress", "peering-join")
-    assert ingress["spec"]["tls"] == [{"hosts": ["peering.example.com"], "secretName": "example-com-tls"}]
+def test_custom_certificate_mode_serves_the_copy_of_the_d8_system_secret(chart) -> None:
+    """The Secret named in the setting lives in d8-system; the hook's copy is served as <name>-customcertificate."""
+    objs = objects(chart, values(https=CUSTOM_CERTIFICATE))
+    assert not [o for o in objs if o["kind"] == "Certificate"]
+    secret = one(objs, "Secret", "ingress-tls-customcertificate")
+    assert secret["metadata"]["namespace"] == NAMESPACE and secret["type"] == "kubernetes.io/tls"
+    assert secret["data"] == {"tls.crt": "Y2VydA==", "tls.key": "a2V5"}
+    ingress = one(objs, "Ingress", "peering-join")
+    assert ingress["spec"]["tls"] == [{"hosts": ["peering.example.com"], "secretName": "ingress-tls-customcertificate"}]
 
 
-def test_deckhouse_defaults_apply_when_only_the_domain_template_is_given(chart) -> None:
-    """Deckhouse's own defaults: CertManager with the letsencrypt ClusterIssuer, ingress class nginx."""
-    objects = render(chart, GLOBAL)
-    assert one(objects, "Certificate", "peering-join")["spec"]["issuerRef"]["name"] == "letsencrypt"
-    assert one(objects, "Ingress", "peering-join")["spec"]["ingressClassName"] == "nginx"
+def test_global_defaults_apply_when_the_module_config_is_empty(chart) -> None:
+    """`enabled: true` alone: Deckhouse's https mode with its letsencrypt ClusterIssuer, ingress class nginx."""
+    objs = objects(chart, values(https={"mode": "CertManager", "certManager": {"clusterIssuerName": "letsencrypt"}}))
+    assert one(objs, "Certificate", "peering-join")["spec"]["issuerRef"]["name"] == "letsencrypt"
+    assert one(objs, "Ingress", "peering-join")["spec"]["ingressClassName"] == "nginx"
+    assert one(objs, "Service", "peering-entrance")["spec"]["type"] == "LoadBalancer"
 
 
-def test_top_level_values_override_the_global_ones(chart) -> None:
-    objects = render(chart, merged(CERT_MANAGER, {
-        "publicDomainTemplate": "%s.peers.example.org",
-        "https": {"mode": "CustomCertificate", "customCertificate": {"secretName": "own-tls"}},
-        "ingressClass": "public",
-    }))
-    ingress = one(objects, "Ingress", "peering-join")
-    assert ingress["spec"]["rules"][0]["host"] == "peering.peers.example.org"
-    assert ingress["spec"]["tls"][0]["secretName"] == "own-tls"
+def test_the_module_settings_override_the_global_ones(chart) -> None:
+    objs = objects(chart, values({"https": {"mode": "CustomCertificate",
+                                            "customCertificate": {"secretName": "own-tls"}},
+                                  "ingressClass": "public"}, https=CERT_MANAGER, ingress_class="internet"))
+    ingress = one(objs, "Ingress", "peering-join")
+    assert ingress["spec"]["tls"][0]["secretName"] == "ingress-tls-customcertificate"
     assert ingress["spec"]["ingressClassName"] == "public"
-    assert not [o for o in objects if o["kind"] == "Certificate"]
-    args = one(objects, "Deployment", "peering")["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--public-domain-template") + 1] == "%s.peers.example.org"
-
-
-def test_dex_url_can_be_given(chart) -> None:
-    objects = render(chart, merged(GLOBAL, {"dex": {"url": "https://dex.d8-user-authn.svc"}}))
-    [container] = one(objects, "Deployment", "peering")["spec"]["template"]["spec"]["containers"]
-    assert {"name": "PEERING_DEX_URL", "value": "https://dex.d8-user-authn.svc"} in container["env"]
-
-
-def test_global_ingress_class_is_used(chart) -> None:
-    objects = render(chart, merged(GLOBAL, {"global": {"modules": {"ingressClass": "internet"}}}))
-    assert one(objects, "Ingress", "peering-join")["spec"]["ingressClassName"] == "internet"
+    assert not [o for o in objs if o["kind"] == "Certificate"]
+    assert one(objects(chart, values(ingress_class="internet")), "Ingress", "peering-join")["spec"][
+        "ingressClassName"] == "internet"
 
 
 def test_the_join_ingress_routes_only_the_join_endpoint_to_the_join_listener(chart) -> None:
-    objects = render(chart, GLOBAL)
-    [rule] = one(objects, "Ingress", "peering-join")["spec"]["rules"]
+    objs = objects(chart, values())
+    [rule] = one(objs, "Ingress", "peering-join")["spec"]["rules"]
     assert rule["host"] == "peering.example.com"
     [path] = rule["http"]["paths"]
     assert (path["path"], path["pathType"]) == ("/v1/join", "Exact")
-    service = one(objects, "Service", path["backend"]["service"]["name"])
+    service = one(objs, "Service", path["backend"]["service"]["name"])
     [port] = [p for p in service["spec"]["ports"] if p["name"] == path["backend"]["service"]["port"]["name"]]
-    assert container_port(objects, port["targetPort"]) == 8080
+    assert container_port(objs, port["targetPort"]) == 8080
 
 
-def container_port(objects: list[dict], name: str) -> int:
-    [container] = one(objects, "Deployment", "peering")["spec"]["template"]["spec"]["containers"]
-    [port] = [p["containerPort"] for p in container["ports"] if p["name"] == name]
+def container_port(objs: list[dict], name: str, container: str = "peering") -> int:
+    pod = one(objs, "Deployment", "peering")["spec"]["template"]["spec"]
+    [c] = [c for c in pod["containers"] if c["name"] == container]
+    [port] = [p["containerPort"] for p in c["ports"] if p["name"] == name]
     return port
 
 
-@pytest.mark.parametrize("entrance_mode", ENTRANCE_MODES)
-def test_four_services_reach_the_four_listeners(chart, entrance_mode: str) -> None:
-    objects = render(chart, merged(GLOBAL, {"entrance": {"mode": entrance_mode}}))
-    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
-    pod_labels = one(objects, "Deployment", "peering")["spec"]["template"]["metadata"]["labels"]
+@pytest.mark.parametrize("entrance", ENTRANCE)
+def test_three_services_reach_three_listeners(chart, entrance: str) -> None:
+    objs = objects(chart, values(ENTRANCE[entrance]))
+    services = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Service"}
+    pod_labels = one(objs, "Deployment", "peering")["spec"]["template"]["metadata"]["labels"]
     reached = {}
     for name, service in services.items():
         assert service["metadata"]["namespace"] == NAMESPACE
         assert service["spec"]["selector"].items() <= pod_labels.items(), name
         [port] = service["spec"]["ports"]
-        reached[name] = (service["spec"]["type"], port["port"], container_port(objects, port["targetPort"]))
-    entrance_type = "LoadBalancer" if entrance_mode == "LoadBalancer" else "ClusterIP"
+        reached[name] = (service["spec"]["type"], port["port"], container_port(objs, port["targetPort"]))
+    entrance_type = "LoadBalancer" if entrance == "LoadBalancer" else "ClusterIP"
+    # The ops listener has no Service: the kubelet probes the pod, Prometheus scrapes through kube-rbac-proxy.
     assert reached == {
         "peering-entrance": (entrance_type, 443, 8443),
         # The egress is reached as peering-gateway.d8-peering.svc (docs/internals.md).
         "peering-gateway": ("ClusterIP", 443, 9443),
         "peering-join": ("ClusterIP", 80, 8080),
-        "peering-ops": ("ClusterIP", 8081, 8081),
     }
 
 
-def test_the_passthrough_entrance_keeps_tls_intact(chart) -> None:
-    objects = render(chart, merged(GLOBAL, {"entrance": {"mode": "IngressNginxPassthrough"}}))
-    ingress = one(objects, "Ingress", "peering-entrance")
+def test_the_passthrough_entrance_keeps_tls_intact_on_its_own_ingress_class(chart) -> None:
+    objs = objects(chart, values(ENTRANCE["IngressNginxPassthrough"], ingress_class="nginx"))
+    ingress = one(objs, "Ingress", "peering-entrance")
     assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/ssl-passthrough"] == "true"
+    assert ingress["spec"]["ingressClassName"] == "passthrough"
+    assert one(objs, "Ingress", "peering-join")["spec"]["ingressClassName"] == "nginx"
     assert "tls" not in ingress["spec"]
     [rule] = ingress["spec"]["rules"]
     assert rule["host"] == "peering-gateway.example.com"
     assert rule["http"]["paths"][0]["backend"]["service"]["name"] == "peering-entrance"
+    # The NetworkPolicy lets the entrance be reached only by way of ingress-nginx then.
+    [entrance_rule] = [r for r in one(objs, "NetworkPolicy", "peering")["spec"]["ingress"]
+                       if r["ports"][0]["port"] == "entrance"]
+    assert entrance_rule["from"] == [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "d8-ingress-nginx"}}}]
 
 
 def test_the_load_balancer_entrance_takes_annotations_and_source_ranges(chart) -> None:
-    objects = render(chart, merged(GLOBAL, {"entrance": {"loadBalancer": {
+    objs = objects(chart, values({"entrance": {"loadBalancer": {
         "annotations": {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"},
         "sourceRanges": ["203.0.113.0/24"]}}}))
-    service = one(objects, "Service", "peering-entrance")
+    service = one(objs, "Service", "peering-entrance")
     assert service["metadata"]["annotations"] == {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"}
     assert service["spec"]["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
 
 
-def test_the_deployment_runs_the_process_hardened_and_spread(chart) -> None:
-    objects = render(chart, GLOBAL)
-    deployment = one(objects, "Deployment", "peering")
+def test_the_network_policy_lets_in_only_what_reaches_each_listener(chart) -> None:
+    objs = objects(chart, values())
+    policy = one(objs, "NetworkPolicy", "peering")
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    by_port = {r["ports"][0]["port"]: r.get("from") for r in policy["spec"]["ingress"]}
+    assert by_port == {
+        "entrance": None,  # peers, from anywhere, with a client certificate of the peering CA
+        "egress": [{"namespaceSelector": {}}],
+        "join": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "d8-ingress-nginx"}}}],
+        "https-metrics": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "d8-monitoring"}}}],
+    }
+    assert "ops" not in by_port
+
+
+def test_the_deployment_runs_the_process_hardened(chart) -> None:
+    objs = objects(chart, values({"peerSyncIntervalSeconds": 45, "logLevel": "Warning"}))
+    deployment = one(objs, "Deployment", "peering")
     pod = deployment["spec"]["template"]["spec"]
-    [container] = pod["containers"]
+    container = next(c for c in pod["containers"] if c["name"] == "peering")
     assert deployment["metadata"]["namespace"] == NAMESPACE
-    assert deployment["spec"]["replicas"] == 2
+    assert deployment["metadata"]["labels"]["heritage"] == "deckhouse"
+    assert deployment["metadata"]["labels"]["module"] == "peering"
+    assert deployment["spec"]["revisionHistoryLimit"] <= 2
     assert deployment["spec"]["selector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"][
         "labels"].items()
     assert pod["serviceAccountName"] == "peering"
+    assert pod["priorityClassName"] == "cluster-medium"
     assert [container["command"][0], *container["args"]] == [
         "peering", "run", "--namespace", "d8-peering", "--public-domain-template", "%s.example.com",
         "--ops-port", "8081", "--entrance-port", "8443", "--egress-port", "9443", "--join-port", "8080",
     ]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env == {"PEERING_IDENTITY": {"fieldRef": {"fieldPath": "metadata.name"}},
-                   "PEERING_DEX_URL": "https://dex.example.com"}
+                   "PEERING_DEX_URL": "https://dex.example.com",
+                   "PEERING_PEER_SYNC_INTERVAL": "45", "PEERING_LOG_LEVEL": "WARNING"}
+    assert container["image"] == f"{deckhouse_module.DEFAULT_REGISTRY}@{deckhouse_module.FAKE_DIGEST}"
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         assert container[probe]["httpGet"]["path"] == path
-        assert container_port(objects, container[probe]["httpGet"]["port"]) == 8081
-    assert set(container["resources"]) == {"requests", "limits"}
-    assert set(container["resources"]["requests"]) == set(container["resources"]["limits"]) == {"cpu", "memory"}
-    security = container["securityContext"]
-    assert security["allowPrivilegeEscalation"] is False
-    assert security["readOnlyRootFilesystem"] is True
-    assert security["capabilities"] == {"drop": ["ALL"]}
-    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] > 0
-    [term] = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
-    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
-    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+        assert container_port(objs, container[probe]["httpGet"]["port"]) == 8081
+    assert container["resources"]["requests"]["ephemeral-storage"]
+    for c in pod["containers"]:
+        security = c["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False, c["name"]
+        assert security["readOnlyRootFilesystem"] is True, c["name"]
+        assert security["capabilities"] == {"drop": ["ALL"]}, c["name"]
+        assert "ephemeral-storage" in c["resources"]["requests"], c["name"]
+        assert "@sha256:" in c["image"], c["name"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 64535
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
-def test_image_replicas_and_resources_follow_the_values(chart) -> None:
-    digest = "sha256:" + "ab" * 32
-    objects = render(chart, merged(GLOBAL, {
-        "image": {"repository": "registry.example.com/peering", "tag": "1.2.3"},
-        "replicas": 3,
-        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
-    }))
-    deployment = one(objects, "Deployment", "peering")
-    [container] = deployment["spec"]["template"]["spec"]["containers"]
-    assert deployment["spec"]["replicas"] == 3
-    assert container["image"] == "registry.example.com/peering:1.2.3"
+def test_metrics_are_served_as_https_metrics_behind_kube_rbac_proxy(chart) -> None:
+    objs = objects(chart, values(enabled_modules=BASE_MODULES + OPTIONAL))
+    pod = one(objs, "Deployment", "peering")["spec"]["template"]["spec"]
+    proxy = next(c for c in pod["containers"] if c["name"] == "kube-rbac-proxy")
+    assert proxy["image"].endswith("@" + deckhouse_module.FAKE_DIGEST)
+    config = yaml.safe_load(next(e["value"] for e in proxy["env"] if e["name"] == "KUBE_RBAC_PROXY_CONFIG"))
+    [upstream] = config["upstreams"]
+    assert upstream["upstream"] == "http://127.0.0.1:8081/metrics"
+    assert upstream["authorization"]["resourceAttributes"]["subresource"] == "prometheus-metrics"
+    monitor = one(objs, "PodMonitor", "peering")
+    assert monitor["metadata"]["namespace"] == "d8-monitoring"
+    assert monitor["metadata"]["labels"]["prometheus"] == "main"
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["scheme"]) == ("https-metrics", "https")
+    assert container_port(objs, "https-metrics", "kube-rbac-proxy") > 1024
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= one(objs, "Deployment", "peering")["spec"][
+        "template"]["metadata"]["labels"].items()
+    namespace = one(objs, "Namespace", NAMESPACE)
+    assert namespace["metadata"]["labels"]["prometheus.deckhouse.io/rules-watcher-enabled"] == "true"
+    assert one(objs, "ConfigMap", "kube-rbac-proxy-ca.crt")["metadata"]["namespace"] == NAMESPACE
+
+
+@pytest.mark.parametrize("ha", [False, True])
+def test_replicas_and_spread_follow_high_availability(chart, ha: bool) -> None:
+    for vals in (values(high_availability=ha), values({"highAvailability": ha}, high_availability=not ha)):
+        deployment = one(objects(chart, vals), "Deployment", "peering")
+        pod = deployment["spec"]["template"]["spec"]
+        assert deployment["spec"]["replicas"] == (2 if ha else 1)
+        if ha:
+            [term] = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            assert term["topologyKey"] == "kubernetes.io/hostname"
+            assert term["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+            # Two nodes, two replicas, required spread: a surge pod would have nowhere to go.
+            assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+        else:
+            assert "affinity" not in pod
+            assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+
+
+def test_placement_follows_the_settings_else_deckhouse_system_nodes(chart) -> None:
+    pod = one(objects(chart, values(system_nodes=2, placement={"customTolerationKeys": ["dedicated.example.com"]})),
+              "Deployment", "peering")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"node-role.deckhouse.io/system": ""}
+    assert {"key": "dedicated.example.com", "operator": "Exists"} in pod["tolerations"]
+    pod = one(objects(chart, values({"nodeSelector": {"pool": "peering"},
+                                     "tolerations": [{"key": "pool", "operator": "Exists"}]}, system_nodes=2)),
+              "Deployment", "peering")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "peering"}
+    assert pod["tolerations"] == [{"key": "pool", "operator": "Exists"}]
+
+
+def test_resources_follow_the_settings_and_bound_the_vpa(chart) -> None:
+    objs = objects(chart, values({"resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                                                "limits": {"cpu": "2", "memory": "1Gi"}}},
+                                 enabled_modules=BASE_MODULES + OPTIONAL))
+    container = one(objs, "Deployment", "peering")["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"] == {"cpu": "2", "memory": "1Gi"}
-    objects = render(chart, merged(GLOBAL, {"image": {"repository": "registry.example.com/peering",
-                                                      "digest": digest}}))
-    [container] = one(objects, "Deployment", "peering")["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == f"registry.example.com/peering@{digest}"
+    vpa = one(objs, "VerticalPodAutoscaler", "peering")
+    assert vpa["spec"]["targetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "peering"}
+    assert vpa["spec"]["updatePolicy"]["updateMode"] in ("Off", "Initial", "Recreate", "InPlaceOrRecreate")
+    policies = {p["containerName"]: p for p in vpa["spec"]["resourcePolicy"]["containerPolicies"]}
+    assert set(policies) == {"peering", "kube-rbac-proxy"}
+    assert policies["peering"]["maxAllowed"] == {"cpu": "2", "memory": "1Gi"}
 
 
 def test_the_disruption_budget_covers_the_pods(chart) -> None:
-    objects = render(chart, GLOBAL)
-    pdb = one(objects, "PodDisruptionBudget", "peering")
-    pod_labels = one(objects, "Deployment", "peering")["spec"]["template"]["metadata"]["labels"]
+    objs = objects(chart, values())
+    pdb = one(objs, "PodDisruptionBudget", "peering")
+    pod_labels = one(objs, "Deployment", "peering")["spec"]["template"]["metadata"]["labels"]
     assert pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
 
 
-def test_namespaced_objects_are_in_the_module_namespace(chart) -> None:
-    objects = render(chart, merged(CERT_MANAGER, {"entrance": {"mode": "IngressNginxPassthrough"}}))
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
-    where = {(o["kind"], o["metadata"]["name"]): o["metadata"].get("namespace") for o in objects
+def test_the_dex_client_is_the_one_the_process_reads(chart) -> None:
+    """DexClient peering in d8-peering, trusted by kubernetes: user-authn then writes dex-client-peering."""
+    dex_client = one(objects(chart, values()), "DexClient", "peering")
+    assert dex_client["apiVersion"] == "deckhouse.io/v1"
+    assert dex_client["metadata"]["namespace"] == NAMESPACE
+    assert dex_client["metadata"]["annotations"] == {"dexclient.deckhouse.io/allow-access-to-kubernetes": "true"}
+    assert not [o for o in objects(chart, values(enabled_modules=("cert-manager",))) if o["kind"] == "DexClient"]
+
+
+def test_every_object_carries_the_module_labels_and_lives_where_it_should(chart) -> None:
+    objs = objects(chart, values(ENTRANCE["IngressNginxPassthrough"], enabled_modules=BASE_MODULES + OPTIONAL))
+    for obj in objs:
+        labels = obj["metadata"].get("labels", {})
+        assert (labels.get("heritage"), labels.get("module")) == ("deckhouse", "peering"), obj["metadata"]["name"]
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                      "ValidatingAdmissionPolicyBinding", "GrafanaDashboardDefinition"}
+    where = {(o["kind"], o["metadata"]["name"]): o["metadata"].get("namespace") for o in objs
              if o["kind"] not in cluster_scoped}
     assert {k: ns for k, ns in where.items() if ns != NAMESPACE} == {
         ("Role", "d8:peering:cluster-uuid"): "kube-system",
         ("RoleBinding", "d8:peering:cluster-uuid"): "kube-system",
+        ("PodMonitor", "peering"): "d8-monitoring",
     }
-    assert one(objects, "Namespace", NAMESPACE)
 
 
-# --- bad values -------------------------------------------------------------------------------------------------
+# --- values the module cannot work with ---------------------------------------------------------------------
 
 BAD_VALUES = [
-    pytest.param({}, ["publicDomainTemplate is not set", 'such as "%s.example.com"'], id="no-template"),
-    pytest.param({"publicDomainTemplate": "example.com"},
-                 ['publicDomainTemplate "example.com" has no %s', 'such as "%s.example.com"'], id="template-no-%s"),
-    pytest.param({"global": {"modules": {"publicDomainTemplate": "peers.example.com"}}},
-                 ['publicDomainTemplate "peers.example.com" has no %s', "global.modules.publicDomainTemplate"],
-                 id="global-template-no-%s"),
-    pytest.param({"publicDomainTemplate": "%s.%s.example.com"},
-                 ['publicDomainTemplate "%s.%s.example.com" has %s 2 times', "exactly once"], id="template-two-%s"),
-    pytest.param({"publicDomainTemplate": "%s.Example_com"},
+    pytest.param({}, {"public_domain_template": ""},
+                 ["global.modules.publicDomainTemplate is not set", 'such as "%s.example.com"'], id="no-template"),
+    pytest.param({}, {"public_domain_template": "example.com"},
+                 ['global.modules.publicDomainTemplate "example.com" has no %s'], id="template-no-%s"),
+    pytest.param({}, {"public_domain_template": "%s.%s.example.com"},
+                 ['"%s.%s.example.com" has %s 2 times', "exactly once"], id="template-two-%s"),
+    pytest.param({}, {"public_domain_template": "%s.Example_com"},
                  ['makes "peering.Example_com", which is not a DNS name'], id="template-not-dns"),
-    pytest.param(merged(GLOBAL, {"https": {"mode": "Disabled"}}),
-                 ['https.mode "Disabled" does not work with the peering module', "CertManager or CustomCertificate"],
-                 id="https-disabled"),
-    pytest.param(merged(GLOBAL, {"global": {"modules": {"https": {"mode": "OnlyInURI"}}}}),
-                 ['https.mode "OnlyInURI" does not work with the peering module',
-                  "set https.mode (or global.modules.https.mode) to CertManager or CustomCertificate"],
-                 id="global-https-only-in-uri"),
-    pytest.param(merged(GLOBAL, {"https": {"mode": "Letsencrypt"}}),
-                 ['https.mode "Letsencrypt" is not a known mode', "CertManager or CustomCertificate"],
-                 id="https-unknown"),
-    pytest.param(merged(GLOBAL, {"https": {"mode": "CustomCertificate"}}),
-                 ["https.customCertificate.secretName is not set", "kubernetes.io/tls Secret in d8-peering"],
+    pytest.param({"https": {"mode": "Disabled"}}, {},
+                 ['peering.https.mode is "Disabled", which the peering module cannot work with',
+                  "CertManager or CustomCertificate"], id="https-disabled"),
+    pytest.param({}, {"https": {"mode": "OnlyInURI"}},
+                 ['global.modules.https.mode is "OnlyInURI", which the peering module cannot work with',
+                  "set https.mode of the peering ModuleConfig (or global.modules.https.mode) to CertManager or "
+                  "CustomCertificate"], id="global-https-only-in-uri"),
+    pytest.param({}, {"https": {"mode": "CustomCertificate"}},
+                 ["https.customCertificate.secretName is not set", "kubernetes.io/tls Secret in d8-system"],
                  id="custom-certificate-without-secret"),
-    pytest.param(merged(GLOBAL, {"dex": {"url": "http://dex.example.com"}}),
-                 ['dex.url "http://dex.example.com" is not an https:// URL', "leave it empty for https://dex.<domain>"],
-                 id="dex-url-not-https"),
-    pytest.param(merged(GLOBAL, {"entrance": {"mode": "NodePort"}}),
-                 ['entrance.mode "NodePort" is not a known mode', "LoadBalancer or IngressNginxPassthrough"],
-                 id="entrance-unknown"),
+    pytest.param({}, {"enabled_modules": ("user-authn",)},
+                 ["is CertManager but the cert-manager module is disabled"], id="cert-manager-disabled"),
+    pytest.param({"entrance": {"mode": "IngressNginxPassthrough"}}, {},
+                 ["peering.entrance.ingressNginx.ingressClass is not set", "LoadBalancerWithSSLPassthrough"],
+                 id="passthrough-without-class"),
 ]
 
 
-@pytest.mark.parametrize(("values", "expected"), BAD_VALUES)
-def test_bad_values_fail_rendering_with_what_to_set(chart, values: dict, expected: list[str]) -> None:
+@pytest.mark.parametrize(("settings", "global_kw", "expected"), BAD_VALUES)
+def test_values_the_module_cannot_use_fail_rendering_with_what_to_set(chart, settings, global_kw, expected) -> None:
     with pytest.raises(helm.HelmRenderError) as failure:
-        render(chart, values)
+        objects(chart, values(settings, **global_kw))
     for text in expected:
         assert text in str(failure.value)
 
 
-@pytest.mark.parametrize(("values", "path"), [
-    ({"replicas": 0}, "/replicas"),
-    ({"replicas": "two"}, "/replicas"),
-    ({"image": {"repository": ""}}, "/image/repository"),
-    ({"image": {"repository": "r", "digest": "latest"}}, "/image/digest"),
-    ({"entrance": {"loadBalancer": {"sourceRange": []}}}, "/entrance/loadBalancer"),
-])
-def test_values_of_the_wrong_type_are_refused_by_the_schema(chart, values: dict, path: str) -> None:
-    with pytest.raises(helm.HelmValuesError) as failure:
-        render(chart, merged(GLOBAL, values))
-    assert path in str(failure.value)
+def test_a_custom_certificate_secret_that_the_hook_did_not_find_fails_with_its_name(chart) -> None:
+    with pytest.raises(helm.HelmRenderError) as failure:
+        objects(chart, values(https=CUSTOM_CERTIFICATE, internal={}))
+    assert "d8-system/example-com-tls was not found" in str(failure.value)

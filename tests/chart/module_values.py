@@ -1,0 +1,41 @@
+"""Deckhouse-shaped values for the chart tests: `values(settings, **global)` is what Deckhouse passes the module
+(lab/deckhouse_module.py), and `objects(values)` what the module renders from them."""
+
+from __future__ import annotations
+
+import copy
+
+from lab import deckhouse_module
+
+UUID = "0b7c3e1a-5f2d-4c8e-9a61-2d4f8b3e7c10"
+CERT_MANAGER = {"mode": "CertManager", "certManager": {"clusterIssuerName": "company-ca"}}
+CUSTOM_CERTIFICATE = {"mode": "CustomCertificate", "customCertificate": {"secretName": "example-com-tls"}}
+CERT_DATA = {"tls.crt": "Y2VydA==", "tls.key": "a2V5"}
+OPTIONAL = ("operator-prometheus", "prometheus", "vertical-pod-autoscaler")
+BASE_MODULES = ("user-authn", "cert-manager")
+
+
+def values(settings: dict | None = None, *, internal: dict | None = None, **global_kw) -> dict:
+    global_kw.setdefault("public_domain_template", "%s.example.com")
+    global_kw.setdefault("cluster_uuid", UUID)
+    global_kw.setdefault("https", CERT_MANAGER)
+    global_kw.setdefault("enabled_modules", BASE_MODULES)
+    https = global_kw["https"]
+    module_https = (settings or {}).get("https") or {}
+    if internal is None and "CustomCertificate" in (https.get("mode"), module_https.get("mode")):
+        internal = {"customCertificateData": dict(CERT_DATA)}
+    return deckhouse_module.module_values(copy.deepcopy(settings or {}), internal=internal, **global_kw)
+
+
+def objects(chart, vals: dict) -> list[dict]:
+    return deckhouse_module.render(vals, chart=chart)
+
+
+def one(objs: list[dict], kind: str, name: str) -> dict:
+    found = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
+    return found[0]
+
+
+def kinds(objs: list[dict]) -> list[str]:
+    return sorted(o["kind"] for o in objs)

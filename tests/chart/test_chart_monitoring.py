@@ -1,0 +1,121 @@
+"""Every alert expression and dashboard query names a metric the process really exports. The exported names are
+read from the code: the gateway's registry (gateway/metrics.py) is started and the control loop's modules are
+imported, and the families of both registries listed with the suffixes the Prometheus client adds (`_total` on
+counters, `_bucket`/`_sum`/`_count` on histograms), so a metric another part adds is known here at once."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pathlib
+import pkgutil
+import re
+
+import prometheus_client
+import yaml
+
+from chart_paths import CHART_DIR
+
+RULES = CHART_DIR / "monitoring" / "prometheus-rules"
+DASHBOARDS = CHART_DIR / "monitoring" / "grafana-dashboards"
+REPO = CHART_DIR.parent.parent
+# A metric name in a PromQL expression: a word followed by {, [ or whitespace/) that is not a function, keyword,
+# label name or grafana variable.
+PROMQL_WORDS = {"sum", "rate", "increase", "by", "without", "and", "or", "unless", "histogram_quantile", "on",
+                "ignoring", "group_left", "group_right", "avg", "max", "min", "count", "label_values", "absent",
+                "bool", "offset", "topk", "bottomk", "irate", "delta", "humanizePercentage"}
+
+
+def exported_names() -> set[str]:
+    for package in ("control", "gateway"):
+        mod = importlib.import_module(package)
+        for info in pkgutil.walk_packages(mod.__path__, f"{package}."):
+            importlib.import_module(info.name)
+    from gateway.metrics import Metrics
+
+    names: set[str] = set()
+    for registry in (Metrics().registry, prometheus_client.REGISTRY):
+        for family in registry.collect():
+            if family.type == "counter":
+                names.add(family.name + "_total")
+            elif family.type == "histogram":
+                names |= {family.name + s for s in ("_bucket", "_sum", "_count")}
+            else:
+                names.add(family.name)
+    return {n for n in names if n.startswith("peering_")}
+
+
+def metric_names(expr: str) -> set[str]:
+    expr = re.sub(r"\{[^}]*\}", "{}", expr)        # label matchers
+    expr = re.sub(r"\[[^\]]*\]", "[]", expr)       # ranges
+    expr = re.sub(r"\([^()]*?\bby\b", "(", expr)
+    words = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", expr))
+    label_lists = set(re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr))
+    labels = {w.strip() for group in label_lists for w in group.split(",")}
+    return {w for w in words if w.startswith("peering_")} | {
+        w for w in words - PROMQL_WORDS - labels if not w.startswith("__") and "_" in w and w.islower()
+        and not w.startswith("peering_")}
+
+
+def alert_expressions() -> list[tuple[str, str]]:
+    out = []
+    for path in sorted(RULES.glob("*.yaml")):
+        for group in yaml.safe_load(path.read_text()):
+            for rule in group["rules"]:
+                out.append((rule.get("alert") or rule.get("record"), rule["expr"]))
+    return out
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    out = []
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        dash = json.loads(path.read_text())
+        for panel in dash["panels"]:
+            for target in panel.get("targets", []):
+                out.append((panel["title"], target["expr"]))
+        for var in dash["templating"]["list"]:
+            if var["type"] == "query":
+                out.append((var["name"], var["query"]["query"]))
+    return out
+
+
+def test_the_exported_names_are_read_from_the_code() -> None:
+    names = exported_names()
+    assert {"peering_gateway_requests_total", "peering_reconciles_total",
+            "peering_gateway_dex_seconds_bucket"} <= names
+    assert "peering_gateway_requests" not in names  # a counter is exported with _total only
+
+
+def test_the_extraction_sees_every_metric_of_an_expression() -> None:
+    expr = ('sum by (peer) (rate(peering_a_total{code="4xx"}[5m])) / histogram_quantile(0.9, '
+            'sum by (le) (rate(peering_b_bucket[5m]))) and up')
+    assert metric_names(expr) == {"peering_a_total", "peering_b_bucket"}
+
+
+def test_every_alert_names_only_exported_metrics() -> None:
+    names = exported_names()
+    exprs = alert_expressions()
+    assert len(exprs) >= 5
+    for alert, expr in exprs:
+        used = metric_names(expr)
+        assert used, f"{alert} names no metric"
+        assert used <= names, f"{alert} names {sorted(used - names)}, which the process does not export"
+
+
+def test_every_dashboard_query_names_only_exported_metrics() -> None:
+    names = exported_names()
+    queries = dashboard_queries()
+    assert len(queries) >= 10
+    for title, expr in queries:
+        used = metric_names(expr)
+        assert used, f"{title!r} names no metric"
+        assert used <= names, f"{title!r} names {sorted(used - names)}, which the process does not export"
+
+
+def test_every_alert_says_what_to_do() -> None:
+    for path in sorted(RULES.glob("*.yaml")):
+        for group in yaml.safe_load(path.read_text()):
+            for rule in group["rules"]:
+                annotations = rule["annotations"]
+                assert annotations["summary"] and "What to do" in annotations["description"], rule["alert"]
+                assert rule["labels"]["severity_level"] and rule.get("for"), rule["alert"]
