@@ -88,11 +88,19 @@ def _tail(path: pathlib.Path, lines: int = 25) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
 
 
+# Resolved here, not in the child: between fork and exec the child only makes this one foreign call.
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _prctl = None
+_PR_SET_PDEATHSIG = 1
+
+
 def _die_with_parent() -> None:
-    """Runs in the child before exec: if the lab process dies without stopping us, the kernel sends SIGTERM."""
-    PR_SET_PDEATHSIG = 1
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    """Runs in the child before exec: if the lab process dies without stopping us, the kernel kills us. SIGKILL,
+    since all of them get it at once: a kube-apiserver told to stop gracefully while its etcd goes away hangs."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
 class _Process:

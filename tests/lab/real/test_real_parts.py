@@ -255,3 +255,30 @@ def test_an_unreachable_module_proxy_is_quoted(tmp_path, monkeypatch):
     assert "the go command said:" in msg and "connection refused" in msg
     assert "The Go module proxy could not be reached" in msg
     assert said[0].startswith("etcd v3.6.")
+
+
+@pytest.mark.parametrize("require, code, banner", [
+    ("", 0, "SKIPPING THE REAL KUBE-APISERVER BACKEND"),
+    ("1", 1, "THE REAL KUBE-APISERVER CANNOT BE BUILT, and PEERING_REQUIRE_REAL_APISERVER is set"),
+])
+def test_an_optional_build_skips_loudly_unless_required(monkeypatch, tmp_path, capsys, require, code, banner):
+    from lab.real.__main__ import main
+
+    monkeypatch.setenv(builder.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(builder.REQUIRE_ENV, require)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(builder, "GO_CANDIDATES", ())
+    assert main(["build", "--optional"]) == code
+    err = capsys.readouterr().err
+    assert banner in err and "no `go` on PATH" in err
+    # Without --optional it is always a failure, said in one line.
+    assert main(["build"]) == 1
+    assert capsys.readouterr().err.startswith("python -m lab.real build: no `go` on PATH")
+
+
+def test_paths_says_what_is_missing(monkeypatch, tmp_path, capsys):
+    from lab.real.__main__ import main
+
+    monkeypatch.setenv(builder.CACHE_ENV, str(tmp_path))
+    assert main(["paths"]) == 1
+    assert "run `python -m lab.real build`" in capsys.readouterr().err
