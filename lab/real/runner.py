@@ -261,6 +261,14 @@ class RealControlPlane:
         self._write_pids()
         log.info("control plane of %s ready in %.1f s at %s", self.name, self.startup_seconds["total"], self.url)
 
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        """Poll kube-apiserver's /readyz (as the admin) until it answers 200; StartError after `timeout` seconds
+        or at once if kube-apiserver is not running."""
+        proc = self._processes.get("kube-apiserver")
+        if proc is None:
+            raise StartError(f"the control plane of {self.name} is not started")
+        await self._wait(proc, self._apiserver_ready, time.monotonic() + timeout, stop_on_timeout=False)
+
     async def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop every process, the last started first, each by its pid."""
         for name in reversed(list(self._processes)):
@@ -320,8 +328,9 @@ class RealControlPlane:
                 log.info("%s lost a port to another process (attempt %d); retrying with new ports", name, attempt)
                 await proc.stop(STOP_TIMEOUT)
 
-    async def _wait(self, proc: _Process, ready, deadline: float) -> None:
-        """Poll `ready()` until it is true; fail at once when the process exits, or at the deadline."""
+    async def _wait(self, proc: _Process, ready, deadline: float, *, stop_on_timeout: bool = True) -> None:
+        """Poll `ready()` until it is true; fail at once when the process exits, or at the deadline (stopping a
+        process that is still starting then)."""
         while True:
             rc = proc.exited()
             if rc is not None:
@@ -330,7 +339,8 @@ class RealControlPlane:
             if await ready():
                 return
             if time.monotonic() > deadline:
-                await proc.stop(STOP_TIMEOUT)
+                if stop_on_timeout:
+                    await proc.stop(STOP_TIMEOUT)
                 raise StartError(f"{proc.name} was not ready after {time.monotonic() - proc.started:.0f} s; the "
                                  f"end of {proc.log_path}:\n{_tail(proc.log_path)}")
             await asyncio.sleep(POLL_INTERVAL)

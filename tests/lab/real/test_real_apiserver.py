@@ -70,6 +70,11 @@ def test_kubectl_version_reports_the_real_server(plane, binaries, tmp_path):
     assert json.loads(out.stdout)["clientVersion"]["minor"] == "37"
 
 
+async def test_wait_ready_polls_readyz(plane):
+    await plane.wait_ready(timeout=10)
+    assert set(plane.pids()) == {"proxy", "etcd", "kube-apiserver", "kube-controller-manager"}
+
+
 def test_startup_is_fast_enough_to_start_several(plane):
     # Measured from the first process to the controllers' /healthz; a suite starts several of these.
     assert plane.startup_seconds["total"] < 45, plane.startup_seconds
