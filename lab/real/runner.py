@@ -44,6 +44,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from lab import certs
 from lab.real import build as builder
+from lab.real.proxy import parse_map
 from lab.real.config import (
     Files, JWTIssuer, apiserver_args, authentication_configuration, controller_manager_args, etcd_args,
 )
@@ -160,12 +161,21 @@ class RealControlPlane:
                  jwt_issuer: JWTIssuer | None = None, resolve: Mapping[str, str] | None = None,
                  binaries: builder.Binaries | None = None, verbosity: int = 1,
                  start_attempts: int = 5) -> None:
+        from lab.cluster import check_cluster_name
+
+        check_cluster_name(name)
         self.name = name
         self.files = Files(pathlib.Path(dir).resolve())
         self.pki = pki or certs.cluster_pki(name)
         self.jwt_issuer = jwt_issuer
         # The names kube-apiserver must reach (the issuer's host, at least): {"dex.a.lab": "127.0.0.1:port"}.
         self.resolve = dict(resolve or {})
+        for host, target in self.resolve.items():
+            try:
+                parse_map([f"{host}={target}"])
+            except ValueError:
+                raise ValueError(f"resolve[{host!r}] = {target!r}: give the name's listener as 127.0.0.1:PORT "
+                                 f"(kube-apiserver reaches lab names on loopback only)") from None
         self._binaries = binaries
         self.verbosity = verbosity
         self.start_attempts = start_attempts

@@ -282,3 +282,12 @@ def test_paths_says_what_is_missing(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv(builder.CACHE_ENV, str(tmp_path))
     assert main(["paths"]) == 1
     assert "run `python -m lab.real build`" in capsys.readouterr().err
+
+
+def test_a_control_plane_refuses_bad_names_and_maps_before_starting(tmp_path):
+    from lab.real import RealControlPlane
+
+    with pytest.raises(ValueError, match="cluster name 'A_b'"):
+        RealControlPlane("A_b", tmp_path)
+    with pytest.raises(ValueError, match=r"resolve\['dex.a.lab'\] = '10.0.0.1:443': give .* 127.0.0.1:PORT"):
+        RealControlPlane("a", tmp_path, resolve={"dex.a.lab": "10.0.0.1:443"})
