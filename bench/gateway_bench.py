@@ -559,7 +559,7 @@ def serve_gateway(cfg_json: str) -> None:
 
 async def _serve_gateway(cfg: dict) -> None:
     from gateway.config import GatewayConfig, Limits
-    from gateway.protocol import ProtocolError
+    from contract.errors import Refusal
     from gateway.registry import Registry
     from gateway.server import Gateway
 
@@ -571,7 +571,7 @@ async def _serve_gateway(cfg: dict) -> None:
             return {}
 
         async def join(self, call):
-            raise ProtocolError(403, "Refused", "the benchmark does not join")
+            raise Refusal(403, "Refused", "the benchmark does not join")
 
     config = GatewayConfig(public_domain_template="%s.bench.lab", api_server=f"https://{API}",
                            api_ca_pem=read("api-ca.crt"), dex_url=f"https://{DEX}", dex_ca_pem=read("api-ca.crt"),

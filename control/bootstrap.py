@@ -15,8 +15,9 @@ import datetime
 import logging
 from typing import Callable
 
+from contract.names import (CA_SECRET, EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET, MANAGED_BY, MANAGED_BY_SELECTOR,
+                            MANAGED_BY_VALUE)
 from control import pki
-from control.feed import CA_SECRET, EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET, MANAGED_BY
 from control.kube import SECRETS, KubeSession
 from control.workqueue import Result, Watch
 
@@ -104,7 +105,7 @@ def tls_secret(name: str, namespace: str, material: pki.CertAndKey, ca_pem: str 
         data["ca.crt"] = ca_pem
     return {
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/managed-by": "peering"}},
+        "metadata": {"name": name, "namespace": namespace, "labels": {MANAGED_BY: MANAGED_BY_VALUE}},
         "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
     }
 
@@ -124,7 +125,7 @@ class CertificatesReconciler:
         self.cluster_name = cluster_name
         self.clock = clock
         names = {CA_SECRET, ENTRANCE_TLS_SECRET, EGRESS_TLS_SECRET}
-        self.watches = (Watch(SECRETS, namespace=namespace, label_selector=MANAGED_BY,
+        self.watches = (Watch(SECRETS, namespace=namespace, label_selector=MANAGED_BY_SELECTOR,
                               keys=lambda _t, o: [KEY] if (o.get("metadata") or {}).get("name") in names else []),)
 
     def initial_keys(self) -> list[str]:
@@ -163,7 +164,7 @@ class CertificatesReconciler:
         updated = dict(current)
         updated["metadata"] = {**(current.get("metadata") or {}),
                                "labels": {**((current.get("metadata") or {}).get("labels") or {}),
-                                          "app.kubernetes.io/managed-by": "peering"}}
+                                          MANAGED_BY: MANAGED_BY_VALUE}}
         updated["type"] = current.get("type") or desired["type"]
         updated["data"] = desired["data"]
         # resourceVersion from what we read: a concurrent writer makes this a 409 and the key is retried.

@@ -11,13 +11,15 @@ import os
 import socket
 from typing import Any
 
+from contract.names import DEX_CLIENT_NAME, NAMESPACE, dex_client_id, dex_client_secret_name
+
 
 @dataclasses.dataclass(frozen=True)
 class KubeSettings:
     kubeconfig: str | None = None
     """Path of a kubeconfig; None means the in-cluster ServiceAccount (or $KUBECONFIG when set)."""
 
-    namespace: str = "d8-peering"
+    namespace: str = NAMESPACE
     """The module's namespace: its Secrets, its Lease, its DexClient and the Secret user-authn writes for it."""
 
     watch_timeout: int = 300
@@ -53,16 +55,16 @@ class DexSettings:
     ca_file: str | None = None
     """CA bundle that signs Dex's serving certificate; None means the system trust store."""
 
-    client_name: str = "peering"
+    client_name: str = DEX_CLIENT_NAME
     """Name of the module's DexClient (deckhouse.io/v1) in the module namespace. user-authn derives the rest:
     the client ID `dex-client-<name>@<namespace>` and the Secret `dex-client-<name>` with key `clientSecret`."""
 
     def client_id(self, namespace: str) -> str:
-        return f"dex-client-{self.client_name}@{namespace}"
+        return dex_client_id(self.client_name, namespace)
 
     @property
     def secret_name(self) -> str:
-        return f"dex-client-{self.client_name}"
+        return dex_client_secret_name(self.client_name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
+from contract import reasons
+from contract.errors import InputError
+
 PREFIX = "d8peer"
 VERSION = 1
 MAX_LENGTH = 4096
@@ -41,13 +44,8 @@ _HOST_RE = re.compile(r"^[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?$")
 _DO_GET_A_NEW_ONE = "ask the administrator of the inviting cluster for a new connection string"
 
 
-class ConnectionStringError(ValueError):
+class ConnectionStringError(InputError):
     """A connection string that cannot be used. `reason` is machine-readable; the message never has the token."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -152,7 +150,7 @@ def encode(inv: Invitation) -> str:
 
 def _malformed(what: str) -> ConnectionStringError:
     return ConnectionStringError(
-        "Malformed",
+        reasons.MALFORMED,
         f"the connection string is malformed ({what}); copy it again in full from "
         f"status.invite.connectionString of the inviting cluster, or {_DO_GET_A_NEW_ONE}",
     )
@@ -173,7 +171,7 @@ def decode(text: str, *, now: datetime, expected_cluster_uuid: str | None = None
         )
     if text == "<omitted>":
         raise ConnectionStringError(
-            "Malformed",
+            reasons.MALFORMED,
             "the connection string was written as <omitted>; set spec.join.connectionString with an account "
             "that has the clusterpeers/sensitive permission",
         )
@@ -238,7 +236,7 @@ def decode(text: str, *, now: datetime, expected_cluster_uuid: str | None = None
         )
     if expected_cluster_uuid and expected_cluster_uuid != inv.cluster_uuid:
         raise ConnectionStringError(
-            "ClusterNotExpected",
+            reasons.CLUSTER_NOT_EXPECTED,
             f"the connection string was issued by cluster {inv.cluster_uuid}, but spec.join.expectedClusterUUID "
             f"is {expected_cluster_uuid}; the token was not sent anywhere. Check that the string comes from the "
             "cluster you meant, or correct spec.join.expectedClusterUUID",

@@ -17,6 +17,8 @@ import inspect
 import logging
 from typing import Any, Protocol
 
+from contract.names import (CA_SECRET, CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_KEY, CLUSTER_UUID_NAMESPACE,
+                            EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET, MANAGED_BY_SELECTOR, PEER_SECRET_PREFIX)
 from gateway.registry import Registry
 
 from control.kube import CLUSTERPEERS, CONFIGMAPS, PEERINGCAPABILITIES, SECRETS
@@ -25,13 +27,6 @@ from control.watch import Informer, ObjectPoller
 
 log = logging.getLogger("peering.control.feed")
 
-MANAGED_BY = "app.kubernetes.io/managed-by=peering"
-CLUSTER_UUID_NAMESPACE = "kube-system"
-CLUSTER_UUID_CONFIGMAP = "d8-cluster-uuid"
-CA_SECRET = "peering-ca"
-ENTRANCE_TLS_SECRET = "peering-gateway-tls"
-EGRESS_TLS_SECRET = "peering-egress-tls"
-PEER_SECRET_PREFIX = "peer-"
 
 
 class Sink(Protocol):
@@ -68,7 +63,7 @@ def _data(secret: dict | None, key: str) -> bytes:
 
 
 def cluster_uuid_from(configmap: dict | None) -> str:
-    value = ((configmap or {}).get("data") or {}).get("cluster-uuid")
+    value = ((configmap or {}).get("data") or {}).get(CLUSTER_UUID_KEY)
     return value.strip() if isinstance(value, str) else ""
 
 
@@ -103,7 +98,7 @@ class Feed:
         self.namespace = namespace
         self.coalesce = coalesce
         self.clusterpeers = informers.get(CLUSTERPEERS)
-        self.secrets = informers.get(SECRETS, namespace=namespace, label_selector=MANAGED_BY)
+        self.secrets = informers.get(SECRETS, namespace=namespace, label_selector=MANAGED_BY_SELECTOR)
         self.capabilities = informers.get(PEERINGCAPABILITIES)
         self.cluster_uuid = informers.get_object(CONFIGMAPS, CLUSTER_UUID_CONFIGMAP,
                                                  namespace=CLUSTER_UUID_NAMESPACE)

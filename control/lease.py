@@ -18,6 +18,7 @@ import random
 import time
 from typing import Awaitable, Callable
 
+from contract.names import MANAGED_BY, MANAGED_BY_VALUE
 from control.config import LeaseSettings
 from control.kube import LEASES, Conflict, KubeSession
 
@@ -159,7 +160,7 @@ class LeaderElector:
                 spec = desired_spec(None, self.identity, self.settings.duration, self._wall(), None)
                 self._lease = await self.kube.create(LEASES, {
                     "metadata": {"name": name, "namespace": ns,
-                                 "labels": {"app.kubernetes.io/managed-by": "peering"}},
+                                 "labels": {MANAGED_BY: MANAGED_BY_VALUE}},
                     "spec": spec})
                 self._obs = observe(self._lease, None, now)
                 return "held"

@@ -16,11 +16,10 @@ from typing import Any
 
 import aiohttp
 
+from contract.paths import JOIN_PATH, peer_op_path
 from control.connstring import Invitation
 from gateway.tls import client_context
 
-JOIN_PATH = "/v1/join"
-PEER_PATH = "/peering/v1/"
 MAX_ANSWER_BYTES = 1024 * 1024
 DEFAULT_TIMEOUT = 10.0
 
@@ -136,4 +135,4 @@ class PeerClient:
             ctx = peer_context(peer_ca_pem, client_cert_pem, client_key_pem)
         except (ssl.SSLError, ValueError, OSError) as exc:
             return Answer(None, f"the stored credentials cannot be used: {type(exc).__name__}")
-        return await self._request(method, f"https://{entrance}{PEER_PATH}{op}", ctx, body)
+        return await self._request(method, f"https://{entrance}{peer_op_path(op)}", ctx, body)

@@ -18,6 +18,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from contract import reasons
+from contract.errors import InputError
+
 #: Organisation of every client certificate a peering CA issues; the gateway may check it.
 CLIENT_ORGANIZATION = "peering.deckhouse.io"
 CA_LIFETIME = timedelta(days=3650)
@@ -36,13 +39,8 @@ EGRESS_HOSTS = (
 )
 
 
-class PKIError(ValueError):
+class PKIError(InputError):
     """Input a certificate operation cannot use; `reason` is machine-readable, the message says what to do."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -261,18 +259,18 @@ def load_csr(csr_pem: str) -> x509.CertificateSigningRequest:
     try:
         csr = x509.load_pem_x509_csr(csr_pem.encode() if isinstance(csr_pem, str) else csr_pem)
     except ValueError:
-        raise PKIError("InvalidCSR", "the certificate request is not a PEM CSR; send a PEM CERTIFICATE REQUEST") from None
+        raise PKIError(reasons.INVALID_CSR, "the certificate request is not a PEM CSR; send a PEM CERTIFICATE REQUEST") from None
     try:
         key = csr.public_key()
     except ValueError:
-        raise PKIError("InvalidCSR", "the certificate request's public key cannot be read") from None
+        raise PKIError(reasons.INVALID_CSR, "the certificate request's public key cannot be read") from None
     if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP256R1):
         raise PKIError(
-            "UnsupportedKey", "the certificate request's key is not ECDSA P-256; make the client key with P-256"
+            reasons.UNSUPPORTED_KEY, "the certificate request's key is not ECDSA P-256; make the client key with P-256"
         )
     if not csr.is_signature_valid:
         raise PKIError(
-            "InvalidCSR", "the certificate request's signature does not verify; it was altered or signed with another key"
+            reasons.INVALID_CSR, "the certificate request's signature does not verify; it was altered or signed with another key"
         )
     return csr
 

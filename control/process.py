@@ -21,13 +21,17 @@ from typing import Awaitable, Callable, Sequence
 
 import prometheus_client
 
+from contract import reasons
+from contract.names import CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE
 from gateway.config import GatewayConfig
-from gateway.protocol import PEER_OPS, JoinCall, PeerCall, ProtocolError
+from gateway.protocol import JoinCall, PeerCall
+from contract.paths import PEER_OPS
+from contract.errors import Refusal
 from gateway.resolve import OverrideResolver
 
 from control.bootstrap import CertificatesReconciler
 from control.config import DexSettings, Settings
-from control.feed import CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE, Feed, Sink, cluster_uuid_from
+from control.feed import Feed, Sink, cluster_uuid_from
 from control.kube import CLUSTERPEERS, CONFIGMAPS, SECRETS, KubeSession
 from control.lease import LeaderElector
 from control.informers import Informers
@@ -63,12 +67,12 @@ class Handlers:
     async def peer_call(self, call: PeerCall) -> dict:
         fn = self._peer_ops.get(call.op)
         if fn is None:
-            raise ProtocolError(503, "NotReady", f"this cluster cannot answer /peering/v1/{call.op} yet; retry later")
+            raise Refusal(503, reasons.NOT_READY, f"this cluster cannot answer /peering/v1/{call.op} yet; retry later")
         return await fn(call)
 
     async def join(self, call: JoinCall) -> dict:
         if self._join is None:
-            raise ProtocolError(503, "NotReady", "this cluster cannot accept joins yet; retry later")
+            raise Refusal(503, reasons.NOT_READY, "this cluster cannot accept joins yet; retry later")
         return await self._join(call)
 
 

@@ -21,8 +21,11 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from contract.paths import PEER_PREFIX
+from contract import reasons
 from gateway.headers import HOP_BY_HOP, bearer, request_head, screen_request
-from gateway.status import Refusal, status_body
+from contract.errors import Refusal
+from gateway.status import status_body
 from gateway.tls import connection_ended
 from gateway.upstream import PooledIdle, TLSPool, UpstreamError
 
@@ -44,6 +47,9 @@ _MAX_RESPONSE_HEAD = 64 * 1024
 
 # Framing states of an upstream answer.
 _HEAD, _LENGTH, _CHUNK_LINE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
+
+
+_PEER_PREFIX = PEER_PREFIX.encode()
 
 
 def status_answer(code: int, cause: str, message: str, *, close: bool = False) -> bytes:
@@ -451,7 +457,7 @@ class EntranceProtocol(asyncio.Protocol):
                 self._handover()
                 return
             parsed = parse_request_head(buf[:end], limits.max_headers)
-            if parsed is None or parsed[1].startswith(b"/peering/v1/"):
+            if parsed is None or parsed[1].startswith(_PEER_PREFIX):
                 self._handover()
                 return
             self.buf = buf[end + 4:]
@@ -496,7 +502,7 @@ class EntranceProtocol(asyncio.Protocol):
         self.peer = peer.name if peer is not None else "-"
         try:
             if peer is None:
-                raise Refusal(403, "PeerUnknown", "this client certificate belongs to no live peering of this "
+                raise Refusal(403, reasons.PEER_UNKNOWN, "this client certificate belongs to no live peering of this "
                               "cluster; if the ClusterPeer was deleted, create the peering again")
             forward, auth, self.close_after = screen_request(fields)
             if auth is not None and auth == self.auth:
@@ -515,7 +521,7 @@ class EntranceProtocol(asyncio.Protocol):
                 verified = gw._verify_token(token, token_hash, peer, registry, now)
             elif verified.expires + gw.config.limits.token_skew <= now:
                 gw._verified.pop(token_hash, None)
-                raise Refusal(401, "TokenExpired", "the token has expired; read the projected token file again")
+                raise Refusal(401, reasons.TOKEN_EXPIRED, "the token has expired; read the projected token file again")
             if auth is not None:
                 self.auth, self.auth_hash = auth, token_hash
             if verified is not self.verified:  # the capabilities label, joined once per token, not per request
@@ -614,17 +620,17 @@ class EntranceProtocol(asyncio.Protocol):
     def _upstream_refusal(self, err: UpstreamError) -> None:
         self.gw.metrics.upstream_errors.labels("entrance", err.kind).inc()
         if err.kind == "connect":
-            self._refuse(Refusal(503, "UpstreamUnavailable", f"the upstream API server cannot be reached "
+            self._refuse(Refusal(503, reasons.UPSTREAM_UNAVAILABLE, f"the upstream API server cannot be reached "
                                  f"({err.detail}); retry later"))
         else:
-            self._refuse(Refusal(502, "UpstreamFailed", f"the upstream API server failed the request "
+            self._refuse(Refusal(502, reasons.UPSTREAM_FAILED, f"the upstream API server failed the request "
                                  f"({err.detail}); retry"))
 
     # ----- answers ------------------------------------------------------------------------------------------
     def _refuse(self, refusal: Refusal) -> None:
-        close = refusal.cause in ("PeerUnknown", "UpgradeRefused")
+        close = refusal.reason in (reasons.PEER_UNKNOWN, reasons.UPGRADE_REFUSED)
         if self.transport is not None:
-            self.transport.write(status_answer(refusal.code, refusal.cause, refusal.message,
+            self.transport.write(status_answer(refusal.code, refusal.reason, refusal.message,
                                                close=close or self.close_after))
         if close:
             self.close_after = True

@@ -19,7 +19,8 @@ from typing import Awaitable, Callable
 
 import aiohttp
 
-from gateway.status import Refusal
+from contract import reasons
+from contract.errors import Refusal
 
 GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 ID_TOKEN = "urn:ietf:params:oauth:token-type:id_token"
@@ -41,9 +42,9 @@ def exchange_form(connector_id: str, subject_token: str, audience: str) -> dict[
 
 
 #: Reasons of a failed exchange, as the consumer's Status and the ClusterPeer's TokenExchangeReady say them.
-EXCHANGE_REFUSED = "TokenExchangeRefused"
-EXCHANGE_MISCONFIGURED = "TokenExchangeMisconfigured"
-EXCHANGE_UNAVAILABLE = "TokenExchangeUnavailable"
+EXCHANGE_REFUSED = reasons.TOKEN_EXCHANGE_REFUSED
+EXCHANGE_MISCONFIGURED = reasons.TOKEN_EXCHANGE_MISCONFIGURED
+EXCHANGE_UNAVAILABLE = reasons.TOKEN_EXCHANGE_UNAVAILABLE
 
 
 def dex_refusal(status: int, body: object, *, client_id: str, connector_id: str, audience: str) -> Refusal:
@@ -146,7 +147,7 @@ class ExchangeCache:
         except BaseException as exc:  # handed to every waiter, then re-raised only if it is a cancellation
             if not fut.done():
                 fut.set_exception(exc if isinstance(exc, Exception) else Refusal(
-                    503, "TokenExchangeUnavailable", "the token exchange was interrupted; retry"))
+                    503, reasons.TOKEN_EXCHANGE_UNAVAILABLE, "the token exchange was interrupted; retry"))
                 fut.exception()  # mark retrieved: waiters may all be gone
             if not isinstance(exc, Exception):
                 raise
@@ -225,4 +226,4 @@ class DexClient:
 
     def _report(self, connector_id: str, refusal: Refusal | None) -> None:
         if self._on_outcome is not None:
-            self._on_outcome(connector_id, None if refusal is None else (refusal.cause, refusal.message))
+            self._on_outcome(connector_id, None if refusal is None else (refusal.reason, refusal.message))

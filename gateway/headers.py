@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from gateway.status import Refusal
+from contract import reasons
+from contract.errors import Refusal
 
 # Hop-by-hop headers (RFC 9110 7.6.1) plus the framing and routing headers a proxy regenerates itself.
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate",
@@ -28,11 +29,11 @@ def check_request(raw_headers: Iterable[tuple[bytes, bytes]]) -> None:
     for name, value in raw_headers:
         low = name.lower()
         if low.startswith(b"impersonate"):
-            raise Refusal(403, "ImpersonationRefused",
+            raise Refusal(403, reasons.IMPERSONATION_REFUSED,
                           f"header {name.decode('latin-1')} is not allowed through the peering gateway; "
                           "call the API as the consumer itself, without impersonation")
         if low == b"upgrade" or (low == b"connection" and b"upgrade" in value.lower()):
-            raise Refusal(400, "UpgradeRefused",
+            raise Refusal(400, reasons.UPGRADE_REFUSED,
                           "connection upgrades (exec, attach, port-forward, websockets) are not allowed through "
                           "the peering gateway; use plain HTTP requests and watches")
 
@@ -111,11 +112,11 @@ def response_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]
 def bearer(value: str | None, max_bytes: int) -> str:
     """The token of an `Authorization: Bearer` header, or a Refusal saying what was wrong with it."""
     if not value:
-        raise Refusal(401, "TokenMissing", "no bearer token: send Authorization: Bearer <ServiceAccount token>")
+        raise Refusal(401, reasons.TOKEN_MISSING, "no bearer token: send Authorization: Bearer <ServiceAccount token>")
     scheme, _, token = value.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
-        raise Refusal(401, "TokenMissing", "the Authorization header is not a bearer token")
+        raise Refusal(401, reasons.TOKEN_MISSING, "the Authorization header is not a bearer token")
     if len(token) > max_bytes:
-        raise Refusal(401, "TokenTooLarge", f"the bearer token is longer than {max_bytes} bytes")
+        raise Refusal(401, reasons.TOKEN_TOO_LARGE, f"the bearer token is longer than {max_bytes} bytes")
     return token

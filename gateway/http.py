@@ -8,6 +8,7 @@ from typing import Any, Callable
 from aiohttp import web, web_protocol, web_server
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 
+from contract import reasons
 from gateway.status import status_body
 from gateway.tls import connection_ended
 
@@ -27,17 +28,17 @@ def parse_error_status(status: int, exc: BaseException | None) -> tuple[int, str
     """Code, cause and message for a request the HTTP parser refused."""
     text = str(exc) if exc is not None else ""
     if isinstance(exc, LineTooLong) or "too many headers" in text.lower() or "header value is too long" in text.lower():
-        return 431, "RequestHeaderFieldsTooLarge", ("the request line or headers are too large or too many; send "
+        return 431, reasons.REQUEST_HEADER_FIELDS_TOO_LARGE, ("the request line or headers are too large or too many; send "
                                                     "fewer or shorter headers")
     lowered = text.lower()
     if "transfer-encoding" in lowered and "content-length" in lowered:
-        return 400, "AmbiguousBodyLength", ("the request has both Content-Length and Transfer-Encoding; "
+        return 400, reasons.AMBIGUOUS_BODY_LENGTH, ("the request has both Content-Length and Transfer-Encoding; "
                                             "send exactly one of them")
     if isinstance(exc, BadHttpMessage):
-        return 400, "MalformedRequest", "the request is not valid HTTP/1.1: " + text[:200]
+        return 400, reasons.MALFORMED_REQUEST, "the request is not valid HTTP/1.1: " + text[:200]
     if status == 500:
         return 500, "InternalError", "the gateway failed to answer this request; it is logged"
-    return status, "MalformedRequest", "the request is not valid HTTP/1.1"
+    return status, reasons.MALFORMED_REQUEST, "the request is not valid HTTP/1.1"
 
 
 class HTTPProtocol(web_protocol.RequestHandler):

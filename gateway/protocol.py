@@ -1,4 +1,5 @@
-"""The typed requests the gateway hands to the control loop, and how the control loop refuses them."""
+"""The typed requests the gateway hands to the control loop; the control loop refuses them with
+`contract.errors.Refusal`."""
 
 from __future__ import annotations
 
@@ -6,10 +7,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.registry import Peer
-
-PEER_OPS = {"offer": "GET", "notify": "POST", "credentials": "POST", "certificate": "POST"}
-"""The peer-to-peer operations under /peering/v1/ and the one method each accepts."""
-
 
 @dataclass(frozen=True)
 class PeerCall:
@@ -26,16 +23,6 @@ class JoinCall:
 
     body: dict
     remote: str  # client address, for rate limiting only
-
-
-class ProtocolError(Exception):
-    """A refusal the gateway answers as a Kubernetes Status with this code, reason and message."""
-
-    def __init__(self, code: int, reason: str, message: str):
-        super().__init__(f"{code} {reason}: {message}")
-        self.code = code
-        self.reason = reason
-        self.message = message
 
 
 class ControlHandlers(Protocol):

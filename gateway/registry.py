@@ -16,8 +16,8 @@ from typing import Any, Mapping
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-SECRET_PREFIX = "peer-"
-CONNECTOR_PREFIX = "peering-"
+from contract.names import peer_secret_name, provider_name
+
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -74,16 +74,18 @@ class Registry:
     @classmethod
     def from_objects(cls, *, cluster_uuid: str, clusterpeers: list[dict], peer_secrets: list[dict],
                      capabilities: list[dict], generation: int) -> "Registry":
+        # By the name each ClusterPeer's Secret must have (bounded for long names: never parse it back).
         secrets = {}
         for secret in peer_secrets or ():
             name = _get(secret, "metadata", "name")
-            if isinstance(name, str) and name.startswith(SECRET_PREFIX):
-                secrets[name[len(SECRET_PREFIX):]] = secret
+            if isinstance(name, str):
+                secrets[name] = secret
         peers: dict[str, Peer] = {}
         by_fp: dict[str, Peer] = {}
         ambiguous: set[str] = set()
         for obj in clusterpeers or ():
-            peer = peer_from_objects(obj, secrets.get(_get(obj, "metadata", "name") or ""))
+            cp_name = _get(obj, "metadata", "name")
+            peer = peer_from_objects(obj, secrets.get(peer_secret_name(cp_name)) if isinstance(cp_name, str) else None)
             if peer is None:
                 continue
             peers[peer.name] = peer
@@ -142,7 +144,7 @@ def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:
         issuer_url=issuer_url,
         jwks_json=jwks,
         effective=effective_set,
-        connector_id=CONNECTOR_PREFIX + name,
+        connector_id=provider_name(name),
         entrance=_text(_b64(data.get("peer-entrance"))) or None,
         peer_ca_pem=_b64(data.get("peer-ca.crt")) or None,
         client_cert_pem=_b64(data.get("client.crt")) or None,

@@ -22,19 +22,22 @@ from aiohttp.client_exceptions import ClientPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from yarl import URL
 
+from contract import reasons
 from gateway.config import GatewayConfig
 from gateway.entrance import EntranceProtocol, RelayPool
 from gateway.exchange import DexClient, ExchangeCache
 from gateway.headers import bearer, check_request, forwarded_headers, request_head, response_headers
 from gateway.http import JSON, HTTPProtocol, HTTPServer, status_response
 from gateway.metrics import Metrics
-from gateway.protocol import PEER_OPS, ControlHandlers, JoinCall, PeerCall, ProtocolError
+from gateway.protocol import ControlHandlers, JoinCall, PeerCall
+from contract.names import SA_PREFIX, audience
+from contract.paths import JOIN_PATH, PEER_OPS, PEER_PREFIX
+from contract.errors import Refusal
 from gateway.registry import Peer, Registry
 from gateway.resolve import OverrideResolver
-from gateway.status import Refusal
 from gateway.tls import TLSAcceptor, client_context, peer_fingerprint, server_context
 from gateway.upstream import UpstreamError, UpstreamPool
-from gateway.tokens import SA_PREFIX, KeySets, VerifiedToken, audience, unverified_expiry, verify_peer_token
+from gateway.tokens import KeySets, VerifiedToken, unverified_expiry, verify_peer_token
 
 access_log = logging.getLogger("gateway.access")
 log = logging.getLogger("gateway")
@@ -297,10 +300,10 @@ class Gateway:
         in_flight.inc()
         try:
             if peer is None:
-                raise Refusal(403, "PeerUnknown", "this client certificate belongs to no live peering of this "
+                raise Refusal(403, reasons.PEER_UNKNOWN, "this client certificate belongs to no live peering of this "
                               "cluster; if the ClusterPeer was deleted, create the peering again")
             path = request.raw_path
-            if path.startswith("/peering/v1/"):
+            if path.startswith(PEER_PREFIX):
                 resp = await self._peer_call(request, peer, path)
                 code = resp.status
                 return resp
@@ -313,7 +316,7 @@ class Gateway:
                 verified = self._verify_token(token, token_hash, peer, registry, now)
             elif verified.expires + self.config.limits.token_skew <= now:
                 self._verified.pop(token_hash, None)
-                raise Refusal(401, "TokenExpired", "the token has expired; read the projected token file again")
+                raise Refusal(401, reasons.TOKEN_EXPIRED, "the token has expired; read the projected token file again")
             caps = ",".join(sorted(verified.capabilities))
             assert self._exchange is not None
             exchanged = self._exchange.cached(peer.connector_id, token_hash)
@@ -328,7 +331,7 @@ class Gateway:
             return resp
         except Refusal as refusal:
             code = refusal.code
-            return status_response(refusal.code, refusal.cause, refusal.message, close=refusal.cause == "PeerUnknown")
+            return status_response(refusal.code, refusal.reason, refusal.message, close=refusal.reason == reasons.PEER_UNKNOWN)
         finally:
             in_flight.dec()
             self._finish("entrance", peer_name, caps, request.method, request.path, code, start)
@@ -345,19 +348,19 @@ class Gateway:
         return verified
 
     async def _peer_call(self, request: web.BaseRequest, peer: Peer, path: str) -> web.StreamResponse:
-        op = path[len("/peering/v1/"):].split("?", 1)[0]
+        op = path[len(PEER_PREFIX):].split("?", 1)[0]
         method = PEER_OPS.get(op)
         if method is None:
-            raise Refusal(404, "UnknownOperation", f"/peering/v1/{op[:40]} is not a peering operation; this gateway "
+            raise Refusal(404, reasons.UNKNOWN_OPERATION, f"/peering/v1/{op[:40]} is not a peering operation; this gateway "
                           f"serves {', '.join(sorted(PEER_OPS))}")
         if request.method != method:
-            raise Refusal(405, "MethodNotAllowed", f"/peering/v1/{op} takes {method}")
+            raise Refusal(405, reasons.METHOD_NOT_ALLOWED, f"/peering/v1/{op} takes {method}")
         body = None
         if method == "POST":
             body = await _read_json(request, self.config.limits.max_peer_call_bytes)
         try:
             answer = await self.handlers.peer_call(PeerCall(peer=peer, op=op, body=body))
-        except ProtocolError as err:
+        except Refusal as err:
             return status_response(err.code, err.reason, err.message)
         return web.Response(body=json.dumps(answer).encode(), content_type=JSON)
 
@@ -369,16 +372,16 @@ class Gateway:
         try:
             path = request.raw_path
             if not path.startswith("/peers/"):
-                raise Refusal(404, "NotFound", "the egress serves /peers/<clusterpeer>/<Kubernetes API path>")
+                raise Refusal(404, reasons.NOT_FOUND, "the egress serves /peers/<clusterpeer>/<Kubernetes API path>")
             name, _, rest = path[len("/peers/"):].partition("/")
             registry = self._registry
             peer = registry.peers.get(name)
             if peer is None:
-                raise Refusal(404, "PeerNotFound", f"no live ClusterPeer named {name[:63]!r}; check "
+                raise Refusal(404, reasons.PEER_NOT_FOUND, f"no live ClusterPeer named {name[:63]!r}; check "
                               "`kubectl get clusterpeers` and status.access.endpoint")
             peer_name = peer.name
             if not peer.entrance or not peer.peer_ca_pem or not peer.client_cert_pem or not peer.client_key_pem:
-                raise Refusal(503, "PeerNotConnected", f"the peering {peer.name} has no credentials toward the "
+                raise Refusal(503, reasons.PEER_NOT_CONNECTED, f"the peering {peer.name} has no credentials toward the "
                               "peer yet; wait until its phase is Active")
             check_request(request.raw_headers)
             token = bearer(request.headers.get("Authorization"), self.config.limits.max_token_bytes)
@@ -390,14 +393,14 @@ class Gateway:
             return resp
         except Refusal as refusal:
             code = refusal.code
-            return status_response(refusal.code, refusal.cause, refusal.message)
+            return status_response(refusal.code, refusal.reason, refusal.message)
         finally:
             self._in_flight["egress"].dec()
             self._finish("egress", peer_name, caps, request.method, request.path, code, start)
 
     async def _review(self, token: str, peer: Peer, registry: Registry) -> frozenset[str]:
         if not peer.effective:
-            raise Refusal(403, "NoEffectiveCapability", f"no capability is effective for peering {peer.name}; "
+            raise Refusal(403, reasons.NO_EFFECTIVE_CAPABILITY, f"no capability is effective for peering {peer.name}; "
                           "open one in spec.capabilities on both clusters")
         assert self._reviews is not None
         token_hash = hashlib.sha256(token.encode()).digest()
@@ -415,7 +418,7 @@ class Gateway:
         registry = self._registry
         peer = registry.peers.get(key.rsplit("/", 1)[0])
         if peer is None:
-            raise Refusal(404, "PeerNotFound", "the peering was removed while the request was checked")
+            raise Refusal(404, reasons.PEER_NOT_FOUND, "the peering was removed while the request was checked")
         wanted = {audience(peer.uuid, c): c for c in sorted(peer.effective)}
         review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                   "spec": {"token": token, "audiences": list(wanted)}}
@@ -431,26 +434,26 @@ class Gateway:
                 status = resp.status
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
             self.metrics.upstream_errors.labels("egress", "token_review").inc()
-            raise Refusal(503, "TokenReviewUnavailable", f"the API server cannot review the token now "
+            raise Refusal(503, reasons.TOKEN_REVIEW_UNAVAILABLE, f"the API server cannot review the token now "
                           f"({type(exc).__name__}); retry") from None
         if not isinstance(body, dict):
-            raise Refusal(503, "TokenReviewUnavailable", f"the API server answered {status} to the TokenReview; "
+            raise Refusal(503, reasons.TOKEN_REVIEW_UNAVAILABLE, f"the API server answered {status} to the TokenReview; "
                           "check the gateway's RBAC for tokenreviews")
         result = body.get("status") or {}
         if not result.get("authenticated"):
-            raise Refusal(401, "TokenInvalid", "the token is not valid for this peering; request a projected "
+            raise Refusal(401, reasons.TOKEN_INVALID, "the token is not valid for this peering; request a projected "
                           "ServiceAccount token with one of the audiences in status.access.audiences")
         username = (result.get("user") or {}).get("username") or ""
         ns, _, name = username[len(SA_PREFIX):].partition(":") if username.startswith(SA_PREFIX) else ("", "", "")
         # An authenticator that is not audience-aware answers no audiences: that is no grant, not every one.
         granted = [wanted[a] for a in result.get("audiences") or () if a in wanted]
         if not granted:
-            raise Refusal(401, "TokenAudienceMismatch", "the token's audience names no capability effective for "
+            raise Refusal(401, reasons.TOKEN_AUDIENCE_MISMATCH, "the token's audience names no capability effective for "
                           f"peering {peer.name}; use an audience listed in its status.access.audiences")
         allowed = sorted(c for c in granted if (cap := registry.capabilities.get(c)) is not None and cap.accepted
                          and (ns, name) in cap.consumers)
         if not allowed:
-            raise Refusal(403, "NotAConsumer", f"{username or 'the caller'} is not a consumer of a capability "
+            raise Refusal(403, reasons.NOT_A_CONSUMER, f"{username or 'the caller'} is not a consumer of a capability "
                           f"effective for peering {peer.name}; add it to spec.consumers of the PeeringCapability")
         return ",".join(allowed), self.config.limits.token_review_ttl
 
@@ -463,7 +466,7 @@ class Gateway:
         try:
             ctx = client_context(peer.peer_ca_pem, peer.client_cert_pem, peer.client_key_pem)
         except (ValueError, ssl.SSLError):
-            raise Refusal(503, "PeerCredentialsInvalid", f"the credentials of peering {peer.name} do not load; "
+            raise Refusal(503, reasons.PEER_CREDENTIALS_INVALID, f"the credentials of peering {peer.name} do not load; "
                           f"check the Secret peer-{peer.name}") from None
         limits = self.config.limits
         assert self._resolver is not None and peer.entrance
@@ -482,7 +485,7 @@ class Gateway:
         limits = self.config.limits
         length = request.content_length
         if length is not None and length > limits.max_body_bytes:
-            raise Refusal(413, "RequestEntityTooLarge", f"the request body is larger than {limits.max_body_bytes} "
+            raise Refusal(413, reasons.REQUEST_ENTITY_TOO_LARGE, f"the request body is larger than {limits.max_body_bytes} "
                           "bytes")
         body = None
         chunked = False
@@ -533,7 +536,7 @@ class Gateway:
         try:
             await pool.request(head, body, head_only=request.method == "HEAD", chunked=chunked, on_response=relay)
         except _BodyTooLarge:
-            raise Refusal(413, "RequestEntityTooLarge", f"the request body is larger than {limits.max_body_bytes} "
+            raise Refusal(413, reasons.REQUEST_ENTITY_TOO_LARGE, f"the request body is larger than {limits.max_body_bytes} "
                           "bytes") from None
         except UpstreamError as err:
             if result:
@@ -542,9 +545,9 @@ class Gateway:
                 return result[0]
             self.metrics.upstream_errors.labels(listener, err.kind).inc()
             if err.kind == "connect":
-                raise Refusal(503, "UpstreamUnavailable", f"the upstream API server cannot be reached "
+                raise Refusal(503, reasons.UPSTREAM_UNAVAILABLE, f"the upstream API server cannot be reached "
                               f"({err.detail}); retry later") from None
-            raise Refusal(502, "UpstreamFailed", f"the upstream API server failed the request ({err.detail}); "
+            raise Refusal(502, reasons.UPSTREAM_FAILED, f"the upstream API server failed the request ({err.detail}); "
                           "retry") from None
         return result[0]
 
@@ -554,19 +557,19 @@ class Gateway:
         code = 500
         remote = request.remote or "-"
         try:
-            if request.path != "/v1/join":
-                raise Refusal(404, "NotFound", "the join listener serves POST /v1/join only")
+            if request.path != JOIN_PATH:
+                raise Refusal(404, reasons.NOT_FOUND, "the join listener serves POST /v1/join only")
             if request.method != "POST":
-                raise Refusal(405, "MethodNotAllowed", "/v1/join takes POST")
+                raise Refusal(405, reasons.METHOD_NOT_ALLOWED, "/v1/join takes POST")
             now = time.monotonic()
             recent = [t for t in self._join_failures.get(remote, ()) if t > now - 60]
             if len(recent) >= self.config.limits.join_failures_per_minute:
-                raise Refusal(429, "TooManyAttempts", "too many refused join attempts from this address; wait a "
+                raise Refusal(429, reasons.TOO_MANY_ATTEMPTS, "too many refused join attempts from this address; wait a "
                               "minute and check the connection string")
             body = await _read_json(request, self.config.limits.max_join_bytes)
             try:
                 answer = await self.handlers.join(JoinCall(body=body, remote=remote))
-            except ProtocolError as err:
+            except Refusal as err:
                 if 400 <= err.code < 500:
                     if len(self._join_failures) > 10_000:
                         self._join_failures.clear()
@@ -577,7 +580,7 @@ class Gateway:
             return web.Response(body=json.dumps(answer).encode(), content_type=JSON)
         except Refusal as refusal:
             code = refusal.code
-            return status_response(refusal.code, refusal.cause, refusal.message)
+            return status_response(refusal.code, refusal.reason, refusal.message)
         finally:
             self._finish("join", "-", "-", request.method, request.path, code, start)
 
@@ -594,7 +597,7 @@ class Gateway:
                 body = await self._pool.scrape(body.decode())
             return web.Response(body=body,
                                 headers={"Content-Type": CONTENT_TYPE_LATEST})
-        return status_response(404, "NotFound", "the ops listener serves /healthz, /readyz and /metrics")
+        return status_response(404, reasons.NOT_FOUND, "the ops listener serves /healthz, /readyz and /metrics")
 
     # ----- observation ---------------------------------------------------------------------------------------
     def exchange_outcome(self, connector_id: str, failure: tuple[str, str] | None) -> None:
@@ -651,7 +654,7 @@ async def _bounded_body(request: web.BaseRequest, limit: int):
 
 async def _read_json(request: web.BaseRequest, limit: int) -> dict:
     if request.content_length is not None and request.content_length > limit:
-        raise Refusal(413, "RequestEntityTooLarge", f"the body is larger than {limit} bytes")
+        raise Refusal(413, reasons.REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {limit} bytes")
     chunks, seen = [], 0
     while True:
         chunk = await request.content.readany()
@@ -659,14 +662,14 @@ async def _read_json(request: web.BaseRequest, limit: int) -> dict:
             break
         seen += len(chunk)
         if seen > limit:
-            raise Refusal(413, "RequestEntityTooLarge", f"the body is larger than {limit} bytes")
+            raise Refusal(413, reasons.REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {limit} bytes")
         chunks.append(chunk)
     try:
         body = json.loads(b"".join(chunks))
     except ValueError:
-        raise Refusal(400, "MalformedBody", "the body is not JSON") from None
+        raise Refusal(400, reasons.MALFORMED_BODY, "the body is not JSON") from None
     if not isinstance(body, dict):
-        raise Refusal(400, "MalformedBody", "the body is not a JSON object")
+        raise Refusal(400, reasons.MALFORMED_BODY, "the body is not a JSON object")
     return body
 
 

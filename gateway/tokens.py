@@ -14,17 +14,12 @@ from dataclasses import dataclass
 from jwcrypto import jwk, jws
 from jwcrypto.common import JWException
 
+from contract import reasons
+from contract.names import SA_PREFIX, audience
 from gateway.registry import Peer, Registry
-from gateway.status import Refusal
+from contract.errors import Refusal
 
 ALLOWED_ALGS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
-AUDIENCE_PREFIX = "peering.deckhouse.io/"
-SA_PREFIX = "system:serviceaccount:"
-
-
-def audience(cluster_uuid: str, capability: str) -> str:
-    """The audience a consumer token must carry to use `capability` of the cluster `cluster_uuid`."""
-    return f"{AUDIENCE_PREFIX}{cluster_uuid}/{capability}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +57,9 @@ def _b64json(part: str) -> dict:
     try:
         value = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
     except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise _unauthorized("TokenMalformed", "the bearer token is not a JWT") from None
+        raise _unauthorized(reasons.TOKEN_MALFORMED, "the bearer token is not a JWT") from None
     if not isinstance(value, dict):
-        raise _unauthorized("TokenMalformed", "the bearer token is not a JWT")
+        raise _unauthorized(reasons.TOKEN_MALFORMED, "the bearer token is not a JWT")
     return value
 
 
@@ -72,22 +67,22 @@ def verify_peer_token(token: str, peer: Peer, registry: Registry, keysets: KeySe
                       skew: float, max_bytes: int) -> VerifiedToken:
     """Check signature, issuer, time, audience and subject; return what the token allows or raise a Refusal."""
     if len(token) > max_bytes:
-        raise _unauthorized("TokenTooLarge", f"the bearer token is longer than {max_bytes} bytes")
+        raise _unauthorized(reasons.TOKEN_TOO_LARGE, f"the bearer token is longer than {max_bytes} bytes")
     parts = token.split(".")
     if len(parts) != 3:
-        raise _unauthorized("TokenMalformed", "the bearer token is not a signed JWT (three dot-separated parts)")
+        raise _unauthorized(reasons.TOKEN_MALFORMED, "the bearer token is not a signed JWT (three dot-separated parts)")
     header = _b64json(parts[0])
     alg = header.get("alg")
     if alg not in ALLOWED_ALGS:
-        raise _unauthorized("TokenAlgorithmRefused",
+        raise _unauthorized(reasons.TOKEN_ALGORITHM_REFUSED,
                             f"token algorithm {str(alg)[:20]!r} is refused; ServiceAccount tokens are signed "
                             "with an asymmetric key (RS256 or ES256)")
     if not peer.issuer_url or not peer.jwks_json:
-        raise _unauthorized("PeerIssuerUnknown", f"peer {peer.name} has not published its token issuer yet; "
+        raise _unauthorized(reasons.PEER_ISSUER_UNKNOWN, f"peer {peer.name} has not published its token issuer yet; "
                             "wait for the offer sync of the ClusterPeer")
     keyset = keysets.get(peer.jwks_json)
     if keyset is None:
-        raise _unauthorized("PeerIssuerUnknown", f"the JWKS of peer {peer.name} is not a valid JWK Set")
+        raise _unauthorized(reasons.PEER_ISSUER_UNKNOWN, f"the JWKS of peer {peer.name} is not a valid JWK Set")
     kid = header.get("kid")
     if isinstance(kid, str):
         key = keyset.get_key(kid)
@@ -96,44 +91,44 @@ def verify_peer_token(token: str, peer: Peer, registry: Registry, keysets: KeySe
     else:
         key = None
     if key is None:
-        raise _unauthorized("TokenKeyUnknown", f"the token's key id is not in the JWKS of peer {peer.name}; "
+        raise _unauthorized(reasons.TOKEN_KEY_UNKNOWN, f"the token's key id is not in the JWKS of peer {peer.name}; "
                             "if the peer rotated its keys, wait for the next offer sync")
     verifier = jws.JWS()
     try:
         verifier.deserialize(token)
         verifier.verify(key, alg=alg)
     except (JWException, ValueError, TypeError):
-        raise _unauthorized("TokenSignatureInvalid", "the token's signature does not verify with the peer's key") \
+        raise _unauthorized(reasons.TOKEN_SIGNATURE_INVALID, "the token's signature does not verify with the peer's key") \
             from None
     claims = _b64json(parts[1])
     if claims.get("iss") != peer.issuer_url:
-        raise _unauthorized("TokenIssuerMismatch", f"the token was not issued by the issuer of peer {peer.name}")
+        raise _unauthorized(reasons.TOKEN_ISSUER_MISMATCH, f"the token was not issued by the issuer of peer {peer.name}")
     exp = claims.get("exp")
     if not isinstance(exp, (int, float)) or isinstance(exp, bool):
-        raise _unauthorized("TokenExpired", "the token has no expiry; use a projected ServiceAccount token")
+        raise _unauthorized(reasons.TOKEN_EXPIRED, "the token has no expiry; use a projected ServiceAccount token")
     if exp + skew <= now:
-        raise _unauthorized("TokenExpired", "the token has expired; the kubelet refreshes projected tokens, "
+        raise _unauthorized(reasons.TOKEN_EXPIRED, "the token has expired; the kubelet refreshes projected tokens, "
                             "read the token file again")
     nbf = claims.get("nbf")
     if isinstance(nbf, (int, float)) and not isinstance(nbf, bool) and nbf - skew > now:
-        raise _unauthorized("TokenNotYetValid", "the token is not valid yet; check the clocks of both clusters")
+        raise _unauthorized(reasons.TOKEN_NOT_YET_VALID, "the token is not valid yet; check the clocks of both clusters")
     aud = claims.get("aud")
     auds = [aud] if isinstance(aud, str) else [a for a in aud if isinstance(a, str)] if isinstance(aud, list) else []
     prefix = audience(registry.cluster_uuid, "")
     requested = {a[len(prefix):] for a in auds if a.startswith(prefix)}
     usable = requested & peer.effective
     if not usable:
-        raise _unauthorized("TokenAudienceMismatch",
+        raise _unauthorized(reasons.TOKEN_AUDIENCE_MISMATCH,
                             "the token's audience names no capability effective for this peering; request a token "
                             f"with audience {prefix}<capability> for a capability listed in effectiveCapabilities")
     sub = claims.get("sub")
     if not isinstance(sub, str) or not sub.startswith(SA_PREFIX):
-        raise _unauthorized("NotAConsumer", "the token's subject is not a ServiceAccount")
+        raise _unauthorized(reasons.NOT_A_CONSUMER, "the token's subject is not a ServiceAccount")
     ns, _, name = sub[len(SA_PREFIX):].partition(":")
     allowed = frozenset(c for c in usable if (cap := registry.capabilities.get(c)) is not None
                         and cap.accepted and (ns, name) in cap.consumers)
     if not allowed:
-        raise _unauthorized("NotAConsumer", f"ServiceAccount {ns}/{name} of peer {peer.name} is not a consumer of "
+        raise _unauthorized(reasons.NOT_A_CONSUMER, f"ServiceAccount {ns}/{name} of peer {peer.name} is not a consumer of "
                             "the capabilities its token names")
     return VerifiedToken(peer=peer.name, subject=sub, capabilities=allowed, expires=float(exp))
 

@@ -25,8 +25,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from contract import reasons
 from gateway.config import GatewayConfig
-from gateway.protocol import ControlHandlers, PeerCall, ProtocolError
+from gateway.protocol import ControlHandlers, PeerCall
+from contract.errors import Refusal
 from gateway.registry import Registry
 
 log = logging.getLogger("gateway.workers")
@@ -79,11 +81,11 @@ class _ForwardingHandlers:
         async with self._session.post("http://parent/peer-call", json=payload) as resp:
             answer = await resp.json()
         if "error" in answer:
-            raise ProtocolError(*answer["error"])
+            raise Refusal(*answer["error"])
         return answer["ok"]
 
     async def join(self, call: Any) -> dict:  # pragma: no cover - workers do not serve the join listener
-        raise ProtocolError(404, "NotFound", "join is served by the parent process")
+        raise Refusal(404, reasons.NOT_FOUND, "join is served by the parent process")
 
     async def close(self) -> None:
         if self._session is not None:
@@ -349,10 +351,10 @@ class WorkerPool:
         payload = await request.json()
         peer = self._registry().peers.get(payload.get("peer"))
         if peer is None:
-            return web.json_response({"error": [403, "PeerUnknown", "the peering was removed"]})
+            return web.json_response({"error": [403, reasons.PEER_UNKNOWN, "the peering was removed"]})
         try:
             answer = await self.handlers.peer_call(PeerCall(peer=peer, op=payload["op"], body=payload.get("body")))
-        except ProtocolError as err:
+        except Refusal as err:
             return web.json_response({"error": [err.code, err.reason, err.message]})
         return web.Response(body=json.dumps({"ok": answer}).encode(), content_type="application/json")
 

@@ -5,7 +5,7 @@ decision on a fresh read (`rules.invite.redeem`: constant time, unknown and wron
 token used with a resourceVersion precondition: of any number of concurrent redemptions exactly one write
 succeeds; the others read again and see "used". Only then is the joiner's CSR signed and the peer Secret written.
 A repeated join by the same cluster with the same key is answered again from the Secret. Refusals are
-`ProtocolError`s the gateway answers as Status objects (and counts towards its per-address rate limit).
+`Refusal`s the gateway answers as Status objects (and counts towards its per-address rate limit).
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import datetime
 import logging
 from typing import TYPE_CHECKING, Callable
 
-from gateway.protocol import JoinCall, ProtocolError
+from contract import reasons
+from contract.names import CA_SECRET, peer_secret_name
+from gateway.protocol import JoinCall
+from contract.errors import Refusal
 
 from control import pki
-from control.feed import CA_SECRET
 from control.kube import CLUSTERPEERS, SECRETS, AlreadyExists, Conflict, NotFound
 from control.rules import offer as offer_rules
 from control.rules import credentials as creds
@@ -35,12 +37,12 @@ MAX_ATTEMPTS = 5
 UNKNOWN_NAME = "no-such-invite."
 
 
-def _refuse(reason: str, message: str) -> ProtocolError:
-    return ProtocolError(join_rules.JOIN_REFUSAL_CODES.get(reason, 403), reason, message)
+def _refuse(reason: str, message: str) -> Refusal:
+    return Refusal(join_rules.JOIN_REFUSAL_CODES.get(reason, 403), reason, message)
 
 
-def _not_ready(what: str) -> ProtocolError:
-    return ProtocolError(503, "NotReady", f"this cluster cannot accept joins yet ({what}); retry later")
+def _not_ready(what: str) -> Refusal:
+    return Refusal(503, reasons.NOT_READY, f"this cluster cannot accept joins yet ({what}); retry later")
 
 
 def _first_cert(bundle: str) -> str:
@@ -83,7 +85,7 @@ class JoinHandler:
         lookup = name or UNKNOWN_NAME
         for _ in range(MAX_ATTEMPTS):
             cp = await self.kube.get_or_none(CLUSTERPEERS, lookup)
-            secret = await self.kube.get_or_none(SECRETS, creds.secret_name(lookup), self.namespace)
+            secret = await self.kube.get_or_none(SECRETS, peer_secret_name(lookup), self.namespace)
             if name is None:
                 cp = secret = None
             values = creds.secret_values(secret)
@@ -104,8 +106,8 @@ class JoinHandler:
                 raise _not_ready("the offer of this peering is not computed yet")
             ours = offer_rules.own_keys_problem(req.offer, status["offer"])
             if ours is not None:
-                log.info("join refused", extra={"remote": call.remote, "reason": "Malformed"})
-                raise _refuse("Malformed", ours)
+                log.info("join refused", extra={"remote": call.remote, "reason": reasons.MALFORMED})
+                raise _refuse(reasons.MALFORMED, ours)
             if decision.outcome == "reanswer":
                 if not values.get("client.key"):
                     raise _not_ready("the first answer is still being stored")
@@ -118,14 +120,14 @@ class JoinHandler:
                 continue  # someone else wrote first: read again; the token is then used (or still free)
             break
         else:
-            raise _refuse("TokenUsed", "the connection string is being redeemed by another join; a string is valid "
+            raise _refuse(reasons.TOKEN_USED, "the connection string is being redeemed by another join; a string is valid "
                           "for one connection, ask the inviting cluster for a new one")
         material = pki.make_key_and_csr(own_uuid)
         now = datetime.datetime.now(datetime.timezone.utc)
         try:
             issued = pki.issue_client_cert(ca, req.csr_pem, req.cluster_uuid, now=now)
         except pki.PKIError as exc:
-            raise _refuse("InvalidCSR", exc.message) from None
+            raise _refuse(reasons.INVALID_CSR, exc.message) from None
         fresh_cp = await self.kube.get(CLUSTERPEERS, name)
         obj = creds.peer_secret(fresh_cp, self.namespace, {
             "peer-ca.crt": req.ca_pem, "client.key": material.key_pem, "issued.crt": issued,

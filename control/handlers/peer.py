@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Callable
 
 import aiohttp
 
-from gateway.protocol import PeerCall, ProtocolError
+from contract import reasons
+from contract.names import CA_SECRET, peer_secret_name
+from gateway.protocol import PeerCall
+from contract.errors import Refusal
 
 from control import pki
-from control.feed import CA_SECRET
 from control.kube import CLUSTERPEERS, SECRETS, ApiError, Conflict, NotFound
 from control.rules import credentials as creds
 from control.rules import join as join_rules
@@ -31,8 +33,8 @@ log = logging.getLogger("peering.control.peer")
 MAX_ATTEMPTS = 3
 
 
-def _bad(exc: join_rules.JoinError) -> ProtocolError:
-    return ProtocolError(400, exc.reason, exc.message)
+def _bad(exc: join_rules.JoinError) -> Refusal:
+    return Refusal(400, exc.reason, exc.message)
 
 
 def _certs(bundle: str) -> list[str]:
@@ -61,14 +63,14 @@ class PeerHandlers:
         try:
             cp = await self.kube.get_or_none(CLUSTERPEERS, call.peer.name)
         except ApiError as exc:
-            raise ProtocolError(503, "NotReady", f"this cluster cannot read its offer right now ({exc.reason}); "
+            raise Refusal(503, reasons.NOT_READY, f"this cluster cannot read its offer right now ({exc.reason}); "
                                 "retry later") from None
         except (aiohttp.ClientError, asyncio.TimeoutError):
-            raise ProtocolError(503, "NotReady", "this cluster cannot reach its API server right now; retry later"
+            raise Refusal(503, reasons.NOT_READY, "this cluster cannot reach its API server right now; retry later"
                                 ) from None
         offer = ((cp or {}).get("status") or {}).get("offer")
         if not isinstance(offer, dict):
-            raise ProtocolError(503, "NotReady", "the offer of this peering is not computed yet; retry later")
+            raise Refusal(503, reasons.NOT_READY, "the offer of this peering is not computed yet; retry later")
         return join_rules.offer_message(call.peer.name, offer)
 
     async def notify(self, call: PeerCall) -> dict:
@@ -79,9 +81,9 @@ class PeerHandlers:
         """Read the peer Secret, apply `change` to its values and write it with the read resourceVersion."""
         for _ in range(MAX_ATTEMPTS):
             cp = await self.kube.get_or_none(CLUSTERPEERS, name)
-            secret = await self.kube.get_or_none(SECRETS, creds.secret_name(name), self.namespace)
+            secret = await self.kube.get_or_none(SECRETS, peer_secret_name(name), self.namespace)
             if cp is None or secret is None:
-                raise ProtocolError(403, "PeerUnknown", "this peering no longer exists here")
+                raise Refusal(403, reasons.PEER_UNKNOWN, "this peering no longer exists here")
             values = creds.secret_values(secret)
             new = change(values)
             if new is None:
@@ -93,16 +95,16 @@ class PeerHandlers:
             except Conflict:
                 continue
             except NotFound:
-                raise ProtocolError(403, "PeerUnknown", "this peering no longer exists here") from None
+                raise Refusal(403, reasons.PEER_UNKNOWN, "this peering no longer exists here") from None
             return new
-        raise ProtocolError(409, "Conflict", "the credentials changed meanwhile; retry")
+        raise Refusal(409, reasons.CONFLICT, "the credentials changed meanwhile; retry")
 
     async def credentials(self, call: PeerCall) -> dict:
         own_uuid = self.ctx.cluster_uuid()
 
         def change(values: dict[str, str]) -> dict[str, str] | None:
             if not values.get("client.key") or not values.get("peer-ca.crt"):
-                raise ProtocolError(409, "NotJoined", "this side holds no key for the peering yet")
+                raise Refusal(409, reasons.NOT_JOINED, "this side holds no key for the peering yet")
             key_fp = pki.public_key_fingerprint(pki.csr_for_key(values["client.key"], own_uuid))
             try:
                 cert = join_rules.check_credentials(call.body, own_key_fingerprint=key_fp, own_uuid=own_uuid,
@@ -125,7 +127,7 @@ class PeerHandlers:
             raise _bad(exc) from None
         ca_values = creds.secret_values(await self.kube.get_or_none(SECRETS, CA_SECRET, self.namespace))
         if not ca_values.get("tls.crt") or not ca_values.get("tls.key"):
-            raise ProtocolError(503, "NotReady", "the peering CA is not available; retry later")
+            raise Refusal(503, reasons.NOT_READY, "the peering CA is not available; retry later")
         ca = pki.CertAndKey(ca_values["tls.crt"], ca_values["tls.key"])
         now = datetime.datetime.now(datetime.timezone.utc)
         issued: list[str] = []
@@ -133,7 +135,7 @@ class PeerHandlers:
         def change(values: dict[str, str]) -> dict[str, str]:
             current = _certs(values.get("issued.crt", ""))
             if not current or pki.public_key_fingerprint(current[0]) != pki.public_key_fingerprint(csr):
-                raise ProtocolError(403, "KeyMismatch", "a renewal must keep the key of the current certificate")
+                raise Refusal(403, reasons.KEY_MISMATCH, "a renewal must keep the key of the current certificate")
             cert = pki.issue_client_cert(ca, csr, values.get("peer-uuid") or call.peer.uuid, now=now)
             issued[:] = [cert]
             # The old certificate stays accepted until it expires, so the peer's connections open meanwhile work.

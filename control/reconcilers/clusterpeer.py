@@ -22,8 +22,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Iterable
 
+from contract import reasons
+from contract.names import (CA_SECRET, ENTRANCE_TLS_SECRET, JOIN_TLS_SECRET, MANAGED_BY_SELECTOR, peer_secret_name,
+                            provider_name)
 from control import connstring, pki
-from control.feed import CA_SECRET, ENTRANCE_TLS_SECRET, MANAGED_BY
 from control.kube import (CLUSTERPEERS, NAMESPACES, PEERINGCAPABILITIES, SECRETS, AlreadyExists, ApiError,
                           Conflict, KubeSession, NotFound)
 from control.optional import PROJECTS, TOKENEXCHANGEPROVIDERS
@@ -37,7 +39,8 @@ from control.rules import invite as invite_rules
 from control.rules import join as join_rules
 from control.rules import offer as offer_rules
 from control.rules import ownership, projects as project_rules
-from control.rules.access import audience, desired_access
+from control.rules import provider as provider_rules
+from control.rules.access import desired_access
 from control.rules.capabilities import LocalCapability, local_capability
 from control.rules.effective import effective_capabilities, offered_capabilities
 from control.selfcheck import SelfCheck, conditions_of
@@ -49,9 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("peering.control.clusterpeer")
 
 NAME = "clusterpeer"
-PROVIDER_PREFIX = "peering-"
-PROVIDER_API_VERSION = "deckhouse.io/v1alpha1"
-JOIN_CA_SECRET = "peering-join-tls"
 #: The longest a healthy peering waits between passes (self-check, renewal, invite expiry are all re-checked).
 MAX_REQUEUE = 300.0
 CREDENTIALS_UNDELIVERED = "CredentialsPending"
@@ -62,27 +62,10 @@ def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
-def provider_name(clusterpeer: str) -> str:
-    return ownership.bounded_name(PROVIDER_PREFIX + clusterpeer)
-
-
 def owner_names(obj: dict) -> list[str]:
     """Names of the ClusterPeers owning `obj` (ownerReferences of kind ClusterPeer)."""
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return [r["name"] for r in refs if isinstance(r, dict) and r.get("kind") == "ClusterPeer" and r.get("name")]
-
-
-def desired_provider(clusterpeer: dict, peer_uuid: str, issuer_url: str, jwks: str, audiences: list[str]) -> dict:
-    """The TokenExchangeProvider of a peer (docs/internals.md): the peer's issuer and keys, our prefix for it."""
-    name = clusterpeer["metadata"]["name"]
-    return {
-        "apiVersion": PROVIDER_API_VERSION,
-        "kind": "TokenExchangeProvider",
-        "metadata": {"name": provider_name(name), "labels": ownership.labels(name),
-                     "ownerReferences": [ownership.owner_reference(clusterpeer)]},
-        "spec": {"issuer": issuer_url, "jwks": jwks, "usernamePrefix": grants_rules.username_prefix(peer_uuid),
-                 "audiences": audiences},
-    }
 
 
 def made_with_other_ca(status: dict, ca_pem: str) -> bool:
@@ -99,7 +82,7 @@ def made_with_other_ca(status: dict, ca_pem: str) -> bool:
 def sync_failure(answer: Answer) -> tuple[str, str]:
     """(reason, message) of a failed offer pull; a refused client certificate says the peer probably revoked us."""
     body = answer.body if isinstance(answer.body, dict) else {}
-    if answer.refused_certificate or (answer.status in (401, 403) and body.get("reason") == "PeerUnknown"):
+    if answer.refused_certificate or (answer.status in (401, 403) and body.get("reason") == reasons.PEER_UNKNOWN):
         return cond.PEER_REFUSED_CERTIFICATE, ""
     if answer.status is None:
         return cond.PEER_UNREACHABLE, (f"the peer's entrance did not answer ({answer.body}); the peering stays "
@@ -162,17 +145,17 @@ class ClusterPeerReconciler:
         self.issuer = Issuer(ctx.kube, ttl=getattr(ctx.settings.control, "issuer_refresh_interval", ISSUER_TTL))
         inf = ctx.informers
         self.clusterpeers = inf.get(CLUSTERPEERS)
-        self.secrets = inf.get(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY)
+        self.secrets = inf.get(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY_SELECTOR)
         self.capabilities = inf.get(PEERINGCAPABILITIES)
         self.providers = inf.get(TOKENEXCHANGEPROVIDERS)
         self.namespaces = inf.get(NAMESPACES)
         self.projects = inf.get(PROJECTS)
-        join_tls = f"metadata.name={JOIN_CA_SECRET}"
+        join_tls = f"metadata.name={JOIN_TLS_SECRET}"
         self.join_tls = inf.get(SECRETS, namespace=self.namespace, field_selector=join_tls)
         every = self._every_key
         self.watches = (
             Watch(CLUSTERPEERS),
-            Watch(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY, keys=self._secret_keys),
+            Watch(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY_SELECTOR, keys=self._secret_keys),
             Watch(PEERINGCAPABILITIES, keys=every),
             Watch(TOKENEXCHANGEPROVIDERS, keys=self._provider_keys),
             Watch(NAMESPACES, keys=every),
@@ -221,7 +204,7 @@ class ClusterPeerReconciler:
     def _join_ca(self) -> str | None:
         """The CA of the join endpoint's certificate when it is in the module's Secret (a private CA travels in
         the connection string); None means the certificate is publicly trusted."""
-        values = creds.secret_values(self.join_tls.get(JOIN_CA_SECRET, self.namespace))
+        values = creds.secret_values(self.join_tls.get(JOIN_TLS_SECRET, self.namespace))
         return values.get("ca.crt") or None
 
     # -- the pass ----------------------------------------------------------------------------------------------
@@ -258,7 +241,7 @@ class ClusterPeerReconciler:
                                         capabilities=offered_capabilities(opened, local),
                                         peering_version=self.peering_version)
 
-        secret = self.secrets.get(creds.secret_name(key), self.namespace)
+        secret = self.secrets.get(peer_secret_name(key), self.namespace)
         values = creds.secret_values(secret)
         cstate = creds.credentials_state(values, ca_pem, now)
         # A re-enabled module has a new CA and, its namespace having been removed, no peer Secret: the status of
@@ -450,7 +433,7 @@ class ClusterPeerReconciler:
         """Create or replace the peer Secret with `values`; False on a conflict (the caller requeues)."""
         key = key_of(cp)
         obj = creds.peer_secret(cp, self.namespace, {k: v for k, v in values.items() if k in creds.KEYS})
-        current = self.secrets.get(creds.secret_name(key), self.namespace)
+        current = self.secrets.get(peer_secret_name(key), self.namespace)
         try:
             if current is None:
                 await self.kube.create(SECRETS, obj)
@@ -565,9 +548,9 @@ class ClusterPeerReconciler:
                                                                           ours=ours))
         if not ours:
             return cond.token_exchange_condition(cond.ProviderObservation(obj=existing, ours=False))
-        want = desired_provider(cp, peer_uuid, issuer["url"], issuer["jwks"],
-                                [audience(own_uuid, c) for c in effective])
-        want["apiVersion"] = resource.api_version
+        want = provider_rules.desired_provider(cp, peer_uuid=peer_uuid, local_uuid=own_uuid, issuer_url=issuer["url"],
+                                               jwks=issuer["jwks"], effective=effective,
+                                               api_version=resource.api_version)
         obj = existing
         try:
             if existing is None:

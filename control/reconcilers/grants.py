@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Iterable
 
-from control.feed import MANAGED_BY
+from contract.names import MANAGED_BY_SELECTOR
 from control.kube import (CLUSTERPEERS, CLUSTERROLEBINDINGS, CLUSTERROLES, NAMESPACES, PEERINGCAPABILITIES,
                           PROJECTPEERS, ROLEBINDINGS, ROLES, AlreadyExists, Conflict, KubeSession, NotFound)
 from control.optional import PROJECTS
@@ -72,8 +72,8 @@ class GrantsReconciler:
         self.capabilities = inf.get(PEERINGCAPABILITIES)
         self.namespaces = inf.get(NAMESPACES)
         self.projects = inf.get(projects_resource)
-        self.projectpeers = inf.get(PROJECTPEERS, label_selector=MANAGED_BY)
-        self.rbac = {kind: inf.get(res, label_selector=MANAGED_BY) for kind, res in RBAC_KINDS.items()}
+        self.projectpeers = inf.get(PROJECTPEERS, label_selector=MANAGED_BY_SELECTOR)
+        self.rbac = {kind: inf.get(res, label_selector=MANAGED_BY_SELECTOR) for kind, res in RBAC_KINDS.items()}
         every = self._every_key
         owned = self._owner_keys
         self.watches = (
@@ -81,8 +81,8 @@ class GrantsReconciler:
             Watch(PEERINGCAPABILITIES, keys=every),
             Watch(NAMESPACES, keys=every),
             Watch(projects_resource, keys=every),
-            Watch(PROJECTPEERS, label_selector=MANAGED_BY, keys=owned),
-            *(Watch(res, label_selector=MANAGED_BY, keys=owned) for res in RBAC_KINDS.values()),
+            Watch(PROJECTPEERS, label_selector=MANAGED_BY_SELECTOR, keys=owned),
+            *(Watch(res, label_selector=MANAGED_BY_SELECTOR, keys=owned) for res in RBAC_KINDS.values()),
         )
 
     def _every_key(self, event: str, obj: dict) -> Iterable[str]:

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-EGRESS_BASE_URL = "https://peering-gateway.d8-peering.svc"
-AUDIENCE_PREFIX = "peering.deckhouse.io"
+from contract.names import audience, egress_endpoint
 
-
-def audience(peer_uuid: str, capability: str) -> str:
-    """The audience a consumer requests for its projected token to use `capability` at the peer `peer_uuid`."""
-    return f"{AUDIENCE_PREFIX}/{peer_uuid}/{capability}"
-
-
-def egress_endpoint(clusterpeer: str) -> str:
-    """The egress URL through which local consumers reach the peer's Kubernetes API."""
-    return f"{EGRESS_BASE_URL}/peers/{clusterpeer}"
+__all__ = ["audience", "egress_endpoint", "desired_access"]
 
 
 def desired_access(clusterpeer: str, peer_uuid: str, local_ca_pem: str, effective: Iterable[str]) -> dict:

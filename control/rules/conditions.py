@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from contract import reasons
 from control.connstring import format_time
 
 READY = "Ready"
@@ -239,11 +240,11 @@ INVALID_SPEC = "InvalidSpec"
 #: Join refusals and connection-string errors the administrator must fix: phase Error until the spec changes.
 PERMANENT_JOIN_REASONS = frozenset(
     {
-        "TokenInvalid",
-        "TokenExpired",
-        "TokenUsed",
-        "ClusterNotExpected",
-        "Malformed",
+        reasons.TOKEN_INVALID,
+        reasons.TOKEN_EXPIRED,
+        reasons.TOKEN_USED,
+        reasons.CLUSTER_NOT_EXPECTED,
+        reasons.MALFORMED,
         "UnsupportedVersion",
         "TooLong",
         "Expired",
@@ -254,7 +255,7 @@ PERMANENT_JOIN_REASONS = frozenset(
     }
 )
 #: Sync failures that leave the peering Active with Ready=False.
-SYNC_REASONS = frozenset({PEER_UNREACHABLE, PEER_REFUSED_CERTIFICATE, "OfferInvalid", "OfferTooLarge"})
+SYNC_REASONS = frozenset({PEER_UNREACHABLE, PEER_REFUSED_CERTIFICATE, reasons.OFFER_INVALID, reasons.OFFER_TOO_LARGE})
 
 
 @dataclass(frozen=True)

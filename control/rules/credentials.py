@@ -7,14 +7,11 @@ import base64
 from dataclasses import dataclass
 from datetime import datetime
 
+from contract.names import peer_secret_name
 from control import pki
 from control.rules import ownership
 
 KEYS = ("peer-ca.crt", "client.key", "client.crt", "issued.crt", "peer-uuid", "peer-entrance")
-
-
-def secret_name(clusterpeer: str) -> str:
-    return ownership.bounded_name(f"peer-{clusterpeer}")
 
 
 def peer_secret(clusterpeer: dict, namespace: str, values: dict[str, str]) -> dict:
@@ -28,7 +25,7 @@ def peer_secret(clusterpeer: dict, namespace: str, values: dict[str, str]) -> di
         "kind": "Secret",
         "type": "Opaque",
         "metadata": {
-            "name": secret_name(cp_name),
+            "name": peer_secret_name(cp_name),
             "namespace": namespace,
             "labels": ownership.labels(cp_name),
             "ownerReferences": [ownership.owner_reference(clusterpeer)],

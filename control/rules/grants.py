@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from contract.names import username_prefix
 from control.rules import ownership
 from control.rules.capabilities import LocalCapability
 from control.rules.effective import EffectiveCapability
@@ -23,11 +24,6 @@ NAME_PREFIX = "d8:peering:"
 def grant_name(clusterpeer: str, capability: str) -> str:
     """`d8:peering:<clusterpeer>:<capability>`, shortened with a hash when over 253 characters."""
     return ownership.bounded_name(f"{NAME_PREFIX}{clusterpeer}:{capability}")
-
-
-def username_prefix(peer_uuid: str) -> str:
-    """The TokenExchangeProvider's usernamePrefix for a peer."""
-    return f"peering:{peer_uuid}:"
 
 
 def subjects(peer_uuid: str, consumers: Iterable[tuple[str, str]]) -> list[dict]:

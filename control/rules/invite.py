@@ -13,6 +13,8 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from contract import reasons
+from contract.errors import InputError
 from control.connstring import format_time
 
 TTL_MIN = timedelta(minutes=10)
@@ -34,13 +36,8 @@ _UNIT = {
 }
 
 
-class InviteError(ValueError):
+class InviteError(InputError):
     """A spec.invite the module cannot use; `reason` is machine-readable."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -199,7 +196,7 @@ class Redemption:
 
 _INVALID = Redemption(
     "refuse",
-    "TokenInvalid",
+    reasons.TOKEN_INVALID,
     "the token of the connection string is not valid here; ask the inviting cluster for a new connection string",
 )
 
@@ -244,7 +241,7 @@ def redeem(
             return Redemption("reanswer", "Redeemed", "the join was already accepted; answering it again")
         return Redemption(
             "refuse",
-            "TokenUsed",
+            reasons.TOKEN_USED,
             "the connection string was already used by another join; a string is valid for one connection, "
             "ask the inviting cluster for a new ClusterPeer of type Invite",
         )
@@ -252,14 +249,14 @@ def redeem(
     if expires is None or now >= expires:
         return Redemption(
             "refuse",
-            "TokenExpired",
+            reasons.TOKEN_EXPIRED,
             "the connection string expired; get the new one from status.invite.connectionString of the inviting "
             "cluster",
         )
     if expected_uuid and not hmac.compare_digest(expected_uuid.encode(), joiner_uuid.encode()):
         return Redemption(
             "refuse",
-            "ClusterNotExpected",
+            reasons.CLUSTER_NOT_EXPECTED,
             f"the inviting cluster only accepts the cluster named in its spec.invite.expectedClusterUUID, not "
             f"{joiner_uuid}; check that you joined with the right cluster or ask for the UUID to be corrected",
         )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from contract import reasons
+from contract.errors import InputError
 from control import pki
 from control.connstring import Invitation
 from control.rules.offer import validate_offer
@@ -18,36 +20,19 @@ MAX_ALIAS = 253
 MAX_PEM = 16 * 1024
 
 #: HTTP status for each refusal of /v1/join; 4xx answers count towards the endpoint's rate limit.
-JOIN_REFUSAL_CODES = {
-    "Malformed": 400,
-    "TokenInvalid": 403,
-    "TokenExpired": 403,
-    "ClusterNotExpected": 403,
-    "TokenUsed": 409,
-    "OfferInvalid": 400,
-    "OfferTooLarge": 413,
-    "InvalidCSR": 400,
-    "UnsupportedKey": 400,
-}
+JOIN_REFUSAL_CODES = reasons.JOIN_CODES
 #: Reasons a joiner shows as they are when the inviter answers with them.
-KNOWN_JOIN_REASONS = frozenset(JOIN_REFUSAL_CODES) | {"TooManyAttempts"}
+KNOWN_JOIN_REASONS = frozenset(JOIN_REFUSAL_CODES) | {reasons.TOO_MANY_ATTEMPTS}
 JOIN_ENDPOINT_UNREACHABLE = "JoinEndpointUnreachable"
 JOIN_REFUSED = "JoinRefused"
 PIN_MISMATCH = "PinMismatch"
 INVALID_ANSWER = "InvalidAnswer"
 
 
-class JoinError(ValueError):
+class JoinError(InputError):
     """A join message that cannot be used; `reason` is machine-readable, the message never carries the token."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-    @property
-    def code(self) -> int:
-        return JOIN_REFUSAL_CODES.get(self.reason, 400)
+    codes = JOIN_REFUSAL_CODES
 
 
 def join_request(
@@ -81,14 +66,14 @@ class JoinRequest:
 def _str(body: dict, key: str, limit: int) -> str:
     value = body.get(key)
     if not isinstance(value, str) or not value or len(value) > limit:
-        raise JoinError("Malformed", f"the join request has no valid {key} (a non-empty string of at most {limit})")
+        raise JoinError(reasons.MALFORMED, f"the join request has no valid {key} (a non-empty string of at most {limit})")
     return value
 
 
 def parse_join_request(body) -> JoinRequest:
     """Check the shape of a join request; token checks are `invite.redeem`'s, after this."""
     if not isinstance(body, dict):
-        raise JoinError("Malformed", "the join request is not a JSON object")
+        raise JoinError(reasons.MALFORMED, "the join request is not a JSON object")
     token = _str(body, "token", 300)
     uuid = _str(body, "clusterUUID", 36)
     alias = _str(body, "alias", MAX_ALIAS)
@@ -100,7 +85,7 @@ def parse_join_request(body) -> JoinRequest:
         pki.load_csr(csr_pem)
         key_fp = pki.public_key_fingerprint(csr_pem)
     except pki.PKIError as exc:
-        raise JoinError(exc.reason if exc.reason in JOIN_REFUSAL_CODES else "Malformed", exc.message) from None
+        raise JoinError(exc.reason if exc.reason in JOIN_REFUSAL_CODES else reasons.MALFORMED, exc.message) from None
     offer = body.get("offer")
     check = validate_offer(offer)
     if not check.ok:
@@ -216,10 +201,10 @@ def offer_message(alias: str, offer: dict) -> dict:
 def parse_offer_message(body) -> tuple[str, dict]:
     """(alias, offer) of a fetched offer message; the offer is checked by validate_offer separately."""
     if not isinstance(body, dict) or not isinstance(body.get("offer"), dict):
-        raise JoinError("OfferInvalid", "the peer's offer message has no offer object")
+        raise JoinError(reasons.OFFER_INVALID, "the peer's offer message has no offer object")
     alias = body.get("alias")
     if not isinstance(alias, str) or len(alias) > MAX_ALIAS:
-        raise JoinError("OfferInvalid", "the peer's offer message has no valid alias")
+        raise JoinError(reasons.OFFER_INVALID, "the peer's offer message has no valid alias")
     return alias, body["offer"]
 
 
@@ -232,7 +217,7 @@ def check_credentials(body, *, own_key_fingerprint: str, own_uuid: str, peer_ca_
     """The delivered client certificate, checked to be the peer CA's certificate for our key and UUID."""
     cert = body.get("certificate") if isinstance(body, dict) else None
     if not isinstance(cert, str) or len(cert) > MAX_PEM:
-        raise JoinError("Malformed", "the credentials message has no certificate")
+        raise JoinError(reasons.MALFORMED, "the credentials message has no certificate")
     try:
         ok = (
             pki.issued_by(cert, peer_ca_pem)
@@ -240,9 +225,9 @@ def check_credentials(body, *, own_key_fingerprint: str, own_uuid: str, peer_ca_
             and pki.common_name(cert) == own_uuid[:64]
         )
     except pki.PKIError as exc:
-        raise JoinError("Malformed", f"the delivered certificate cannot be read: {exc.message}") from None
+        raise JoinError(reasons.MALFORMED, f"the delivered certificate cannot be read: {exc.message}") from None
     if not ok:
-        raise JoinError("Malformed", "the delivered certificate was not issued by the peer's CA for this cluster's key")
+        raise JoinError(reasons.MALFORMED, "the delivered certificate was not issued by the peer's CA for this cluster's key")
     return cert
 
 
@@ -255,7 +240,7 @@ def parse_certificate_request(body) -> str:
     """The CSR of a renewal request, checked (P-256, valid signature)."""
     csr = body.get("csr") if isinstance(body, dict) else None
     if not isinstance(csr, str) or len(csr) > MAX_PEM:
-        raise JoinError("Malformed", "the certificate request has no csr")
+        raise JoinError(reasons.MALFORMED, "the certificate request has no csr")
     try:
         pki.load_csr(csr)
     except pki.PKIError as exc:

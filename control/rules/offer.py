@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
+from contract import reasons
 from control.connstring import format_time
 
 MAX_OFFER_BYTES = 256 * 1024
@@ -28,8 +29,8 @@ ASYMMETRIC_KTY = frozenset({"RSA", "EC", "OKP"})
 PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
 SCOPES = frozenset({"project", "cluster"})
 
-OFFER_INVALID = "OfferInvalid"
-OFFER_TOO_LARGE = "OfferTooLarge"
+OFFER_INVALID = reasons.OFFER_INVALID
+OFFER_TOO_LARGE = reasons.OFFER_TOO_LARGE
 
 
 def build_offer(

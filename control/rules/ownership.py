@@ -2,39 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import re
+from contract.names import (API_VERSION as CLUSTERPEER_API_VERSION, CAPABILITY_LABEL, CLUSTERPEER_LABEL,
+                            MANAGED_BY, MANAGED_BY_VALUE, bounded_name, label_value)
 
-MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED_BY_VALUE = "peering"
-CLUSTERPEER_LABEL = "peering.deckhouse.io/clusterpeer"
-CAPABILITY_LABEL = "peering.deckhouse.io/capability"
-CLUSTERPEER_API_VERSION = "peering.deckhouse.io/v1alpha1"
-
-_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
-
-
-def _digest(text: str, n: int = 10) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:n]
-
-
-def bounded_name(name: str, limit: int = 253) -> str:
-    """`name` when it fits in `limit`, else its head and a hash of the whole, so distinct names stay distinct."""
-    if len(name) <= limit:
-        return name
-    return name[: limit - 11] + "-" + _digest(name)
-
-
-def label_value(text: str) -> str:
-    """A valid label value (≤ 63 characters) standing for `text`: itself when valid, else head and hash.
-
-    ClusterPeer and capability names may be up to 253 characters, label values only 63.
-    """
-    if len(text) <= 63 and _LABEL_VALUE_RE.match(text):
-        return text
-    head = re.sub(r"[^-A-Za-z0-9_.]", "-", text)[:52].rstrip("-_.")
-    head = head.lstrip("-_.")
-    return f"{head}-{_digest(text)}" if head else _digest(text)
+__all__ = ["CLUSTERPEER_API_VERSION", "CAPABILITY_LABEL", "CLUSTERPEER_LABEL", "MANAGED_BY", "MANAGED_BY_VALUE",
+           "bounded_name", "label_value", "labels", "selector", "owner_reference", "belongs_to"]
 
 
 def labels(clusterpeer: str, capability: str | None = None) -> dict[str, str]:

@@ -8,26 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from contract.names import audience, provider_name, username_prefix
 from control.rules import ownership
-from control.rules.access import audience
-from control.rules.grants import username_prefix
 
 API_VERSION = "deckhouse.io/v1alpha1"
 KIND = "TokenExchangeProvider"
 
-
-def provider_name(clusterpeer: str) -> str:
-    """`peering-<clusterpeer>`: also Dex's connector_id for the exchange."""
-    return ownership.bounded_name(f"peering-{clusterpeer}")
+__all__ = ["API_VERSION", "KIND", "desired_provider", "provider_name"]
 
 
 def desired_provider(
-    clusterpeer: dict, *, peer_uuid: str, local_uuid: str, issuer_url: str, jwks: str, effective: Iterable[str]
+    clusterpeer: dict, *, peer_uuid: str, local_uuid: str, issuer_url: str, jwks: str, effective: Iterable[str],
+    api_version: str = API_VERSION,
 ) -> dict:
-    """The provider object; `audiences` are the audiences the peer's consumer tokens carry for this cluster."""
+    """The provider object (docs/user-authn-contract.md), at the API version the API server serves;
+    `audiences` are the audiences the peer's consumer tokens carry for this cluster."""
     cp_name = clusterpeer["metadata"]["name"]
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": api_version,
         "kind": KIND,
         "metadata": {
             "name": provider_name(cp_name),

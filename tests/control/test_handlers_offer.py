@@ -13,7 +13,8 @@ import pytest
 
 from control.handlers.peer import PeerHandlers
 from control.kube import ApiError
-from gateway.protocol import PeerCall, ProtocolError
+from gateway.protocol import PeerCall
+from contract.errors import Refusal
 from gateway.registry import Peer
 
 PEER = Peer(name="to-b", uuid="22222222-2222-2222-2222-222222222222", fingerprints=frozenset(), issuer_url=None,
@@ -53,6 +54,6 @@ async def test_the_offer_is_read_from_the_api_at_each_pull() -> None:
     (ApiError(500, "InternalError", "etcd is away"), "cannot read its offer right now (InternalError)"),
 ])
 async def test_no_offer_or_no_api_is_a_retryable_503(answer, message) -> None:
-    with pytest.raises(ProtocolError) as refused:
+    with pytest.raises(Refusal) as refused:
         await handlers(Kube(answer)).offer(PeerCall(peer=PEER, op="offer", body=None))
     assert refused.value.code == 503 and message in refused.value.message

@@ -9,7 +9,7 @@ import pytest
 
 from control.peerclient import Answer, _refused_cert
 from control.reconcilers.capability import desired_capability_status
-from control.reconcilers.clusterpeer import desired_provider, desired_status, owner_names, provider_name, sync_failure
+from control.reconcilers.clusterpeer import desired_status, owner_names, sync_failure
 from control.reconcilers.memory import Memory
 from control.rules import conditions as cond
 
@@ -79,15 +79,6 @@ def test_status_without_token_exchange_drops_the_condition_and_optional_parts():
     types = [c["type"] for c in pending["conditions"]]
     assert "TokenExchangeReady" not in types and {"ClientCertEnforced", "ServerCertOurs"} <= set(types)
     assert "peer" not in pending and "access" not in pending and pending["phase"] == "Pending"
-
-
-def test_provider_object():
-    obj = desired_provider(CP, "peer-uuid", "https://api.b.lab", '{"keys":[]}', ["peering.deckhouse.io/u/c"])
-    assert obj["metadata"]["name"] == provider_name("to-b") == "peering-to-b"
-    assert obj["spec"] == {"issuer": "https://api.b.lab", "jwks": '{"keys":[]}', "usernamePrefix": "peering:peer-uuid:",
-                           "audiences": ["peering.deckhouse.io/u/c"]}
-    assert obj["metadata"]["ownerReferences"][0]["uid"] == "u-1"
-    assert obj["metadata"]["labels"]["peering.deckhouse.io/clusterpeer"] == "to-b"
 
 
 @pytest.mark.parametrize("refs, names", [

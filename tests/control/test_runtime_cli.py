@@ -11,7 +11,8 @@ import pytest
 
 from control import cli
 from control.process import Handlers, write_ports_file
-from gateway.protocol import JoinCall, PeerCall, ProtocolError
+from gateway.protocol import JoinCall, PeerCall
+from contract.errors import Refusal
 from gateway.registry import Peer
 
 
@@ -106,10 +107,10 @@ PEER = Peer(name="b", uuid="u", fingerprints=frozenset(), issuer_url=None, jwks_
 
 async def test_ops_without_a_handler_answer_not_ready_and_registered_ones_are_called():
     handlers = Handlers()
-    with pytest.raises(ProtocolError) as err:
+    with pytest.raises(Refusal) as err:
         await handlers.peer_call(PeerCall(peer=PEER, op="offer", body=None))
     assert (err.value.code, err.value.reason) == (503, "NotReady")
-    with pytest.raises(ProtocolError) as err:
+    with pytest.raises(Refusal) as err:
         await handlers.join(JoinCall(body={}, remote="127.0.0.1"))
     assert (err.value.code, err.value.reason) == (503, "NotReady")
 

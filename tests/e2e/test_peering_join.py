@@ -17,7 +17,8 @@ from control.kube import KubeSession
 from control.process import Context, Handlers
 from control.rules import join as join_rules
 from control.informers import Informers
-from gateway.protocol import JoinCall, ProtocolError
+from gateway.protocol import JoinCall
+from contract.errors import Refusal
 from lab.testing import lab_clusters
 from peering_lab import (clusterpeer, connection_string, create_invite, create_join, fast_peering_command,
                                    ready, ready_message, until, until_equal)
@@ -137,7 +138,7 @@ async def test_fifty_concurrent_joins_with_one_string_exactly_one_wins(lab):
         async def one(body: dict):
             try:
                 return await handler(JoinCall(body=body, remote="127.0.0.1"))
-            except ProtocolError as err:
+            except Refusal as err:
                 return err
 
         results = await asyncio.gather(*(one(b) for b in bodies))
@@ -145,7 +146,7 @@ async def test_fifty_concurrent_joins_with_one_string_exactly_one_wins(lab):
         await informers.stop()
         await kube.close()
     won = [r for r in results if isinstance(r, dict)]
-    lost = [r for r in results if isinstance(r, ProtocolError)]
+    lost = [r for r in results if isinstance(r, Refusal)]
     assert len(won) == 1, [getattr(r, "reason", "answer") for r in results]
     assert {(r.code, r.reason) for r in lost} == {(409, "TokenUsed")}
     assert clusterpeer(a, "contested")["status"]["invite"]["used"] is True

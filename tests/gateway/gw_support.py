@@ -19,7 +19,8 @@ from aiohttp import web
 from jwcrypto import jwk, jwt
 
 from gateway.config import GatewayConfig, Limits
-from gateway.protocol import JoinCall, PeerCall, ProtocolError
+from gateway.protocol import JoinCall, PeerCall
+from contract.errors import Refusal
 from gateway.registry import Registry
 from gateway.resolve import OverrideResolver
 from gateway.server import Gateway
@@ -80,13 +81,13 @@ class Handlers:
     async def peer_call(self, call: PeerCall) -> dict:
         self.calls.append(call)
         if call.op == "notify" and call.body and call.body.get("refuse"):
-            raise ProtocolError(409, "OfferStale", "the offer changed meanwhile")
+            raise Refusal(409, "OfferStale", "the offer changed meanwhile")
         return {"op": call.op, "peer": call.peer.name}
 
     async def join(self, call: JoinCall) -> dict:
         self.calls.append(call)
         if call.body.get("token") != "good":
-            raise ProtocolError(403, "InvalidToken", "the connection string is not valid")
+            raise Refusal(403, "InvalidToken", "the connection string is not valid")
         return {"joined": True}
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gateway.entrance import Relay, parse_request_head, response_head
 from gateway.headers import check_request, forwarded_headers, screen_request
-from gateway.status import Refusal
+from contract.errors import Refusal
 from gateway.server import Gateway
 from gw_support import (ENTRANCE_HOST, Upstream, client_ssl, close_stream, gateway_config, load_certs, make_token,
                         registry_for)
@@ -65,7 +65,7 @@ def test_the_raw_paths_one_pass_applies_exactly_the_header_rules(fields):
     except Refusal as expected:
         with pytest.raises(Refusal) as got:
             screen_request(fields)
-        assert (got.value.code, got.value.cause, got.value.message) == (expected.code, expected.cause,
+        assert (got.value.code, got.value.reason, got.value.message) == (expected.code, expected.reason,
                                                                          expected.message)
         return
     forward, authorization, close = screen_request(fields)

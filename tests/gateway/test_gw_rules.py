@@ -9,7 +9,8 @@ import pytest
 
 from gateway.exchange import ExchangeCache, basic_auth, exchange_form
 from gateway.headers import bearer, check_request, forwarded_headers, request_head, response_headers
-from gateway.status import Refusal, status_body
+from contract.errors import Refusal
+from gateway.status import status_body
 
 
 def test_forwarded_headers_drop_identity_proxy_chain_and_hop_by_hop():
@@ -35,7 +36,7 @@ def test_request_head_is_exact_http11():
 def test_check_request_refuses(name, value, reason):
     with pytest.raises(Refusal) as err:
         check_request([(b"Accept", b"*/*"), (name, value)])
-    assert err.value.cause == reason
+    assert err.value.reason == reason
 
 
 def test_response_headers_drop_hop_by_hop_and_connection_named():
@@ -50,7 +51,7 @@ def test_bearer_parsing():
                           ("Bearer " + "x" * 11, "TokenTooLarge")]:
         with pytest.raises(Refusal) as err:
             bearer(value, 10)
-        assert err.value.cause == reason
+        assert err.value.reason == reason
 
 
 def test_status_body_is_a_kubernetes_status():
