@@ -387,12 +387,12 @@ def project_manifest(cluster: str) -> str:
 
 
 def auditor_manifest() -> str:
-    """A person who may read peerings (the chart's d8:peering:viewer) but not their sensitive fields."""
+    """A person who may read peerings (the module's d8:user-authz:peering:user) but not their sensitive fields."""
     docs = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AUDITOR, "namespace": "default"}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": "auditor-peering-viewer"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "d8:peering:viewer"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "d8:user-authz:peering:user"},
          "subjects": [{"kind": "ServiceAccount", "name": AUDITOR, "namespace": "default"}]},
     ]
     return yaml.safe_dump_all(docs, sort_keys=False)
