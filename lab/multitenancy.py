@@ -27,17 +27,21 @@ ADDITIONAL = "Additional"
 MAX_PROJECT_NAME = 61
 
 
+def _check_free(api: Any, name: str, project: str) -> None:
+    ns = api.get("", "namespaces", name)
+    owner = ((ns or {}).get("metadata", {}).get("labels") or {}).get(PROJECT_LABEL)
+    if owner not in (None, project):
+        raise ValueError(f"namespace {name} belongs to project {owner!r}, not {project!r}; choose another name")
+
+
 def _label_namespace(api: Any, name: str, project: str) -> None:
+    _check_free(api, name, project)
     ns = api.get("", "namespaces", name)
     if ns is None:
         api.create({"apiVersion": "v1", "kind": "Namespace",
                     "metadata": {"name": name, "labels": {PROJECT_LABEL: project}}})
         return
-    labels = ns["metadata"].get("labels") or {}
-    if labels.get(PROJECT_LABEL) not in (None, project):
-        raise ValueError(f"namespace {name} belongs to project {labels[PROJECT_LABEL]!r}, not {project!r}; "
-                         "choose another name")
-    ns["metadata"]["labels"] = {**labels, PROJECT_LABEL: project}
+    ns["metadata"]["labels"] = {**(ns["metadata"].get("labels") or {}), PROJECT_LABEL: project}
     api.update(ns)
 
 
@@ -55,6 +59,7 @@ def create_project(api: Any, name: str, spec: dict | None = None) -> dict:
     if len(name) > MAX_PROJECT_NAME:
         raise ValueError(f"project name {name!r} is longer than {MAX_PROJECT_NAME} characters: it becomes the "
                          "main namespace's name")
+    _check_free(api, name, name)
     api.create({"apiVersion": f"{GROUP}/{VERSION}", "kind": "Project", "metadata": {"name": name},
                 "spec": dict(spec or {})})
     _label_namespace(api, name, name)
