@@ -377,7 +377,7 @@ def project_manifest(cluster: str) -> str:
     """Project `shop` with its main namespace (as Deckhouse multitenancy makes them) and a ConfigMap that says
     which cluster it lives in."""
     docs = [
-        {"apiVersion": "deckhouse.io/v1alpha1", "kind": "Project", "metadata": {"name": PROJECT}, "spec": {}},
+        {"apiVersion": "deckhouse.io/v1alpha3", "kind": "Project", "metadata": {"name": PROJECT}, "spec": {}},
         {"apiVersion": "v1", "kind": "Namespace",
          "metadata": {"name": PROJECT, "labels": {"projects.deckhouse.io/project": PROJECT}}},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"price-list-{cluster}", "namespace": PROJECT},
