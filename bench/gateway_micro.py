@@ -2,8 +2,8 @@
 
     python -m bench.gateway_micro [requests]
 
-A real EntranceProtocol and Relay run against in-memory transports, with the peer, the verified token and the
-exchanged token already cached (the keep-alive case of bench/gateway_bench.py). It prints the best of five
+A real EntranceProtocol and Relay (with the real admission chain, framing and accounting of a GatewayState) run
+against in-memory transports, with the peer, the verified token and the exchanged token already cached (the keep-alive case of bench/gateway_bench.py). It prints the best of five
 rounds in microseconds per request: what the gateway's own code costs, apart from the kernel and TLS work that
 gateway_bench.py measures in full. Deterministic enough to compare two versions of the hot path on a busy
 machine, where the full benchmark's numbers move by more than such a change.
@@ -18,8 +18,11 @@ import time
 from types import SimpleNamespace
 
 from gateway.config import GatewayConfig
-from gateway.entrance import EntranceProtocol, Relay
-from gateway.server import Gateway
+from gateway.entrance import EntranceProtocol
+from gateway.metrics import Metrics
+from gateway.registry import Registry
+from gateway.relay import Relay
+from gateway.state import GatewayState
 from gateway.tokens import VerifiedToken
 
 TOKEN = "eyJ" + "a" * 900  # the size of a projected ServiceAccount token
@@ -65,25 +68,26 @@ async def measure(requests: int, rounds: int = 5) -> float:
     config = GatewayConfig(public_domain_template="%s.x.lab", api_server="https://api.x.lab", api_ca_pem=None,
                            dex_url="https://dex.x.lab", dex_ca_pem=None, dex_client_id="gateway",
                            dex_client_secret=lambda: "unused", access_log=False)
-    gw = Gateway(config, None)  # type: ignore[arg-type]  # never started: only its caches and metrics are used
-    gw.loop = asyncio.get_running_loop()
+    state = GatewayState.open(config, Metrics(), Registry.empty())
+    real_exchange = state.exchange
     peer = SimpleNamespace(name="peer", connector_id="peering-peer")
-    gw._registry = SimpleNamespace(by_fingerprint={"fp": peer})  # type: ignore[assignment]
+    state.registry = SimpleNamespace(by_fingerprint={"fp": peer})  # type: ignore[assignment]
     token_hash = hashlib.sha256(TOKEN.encode()).digest()
-    gw._verified = {token_hash: VerifiedToken(peer="peer", subject="system:serviceaccount:mod:controller",
-                                              capabilities=frozenset({"read"}), expires=time.time() + 3600)}
-    gw._exchange = SimpleNamespace(cached=lambda connector, key: EXCHANGED)  # type: ignore[assignment]
-    gw._api_prefix = ""
-    pool = SimpleNamespace(loop=gw.loop, idle_timeout=330.0, idle=[], max_idle=64, authority="api.x.lab",
+    state.tokens._by_hash[token_hash] = VerifiedToken(
+        peer="peer", subject="system:serviceaccount:mod:controller", capabilities=frozenset({"read"}),
+        expires=time.time() + 3600)
+    state.exchange = SimpleNamespace(cached=lambda connector, key: EXCHANGED)  # type: ignore[assignment]
+    state.api_prefix = b""
+    pool = SimpleNamespace(loop=state.loop, idle_timeout=330.0, idle=[], max_idle=64, authority="api.x.lab",
                            all=set())
     pool.take = lambda: pool.idle.pop() if pool.idle else None
     pool.park = pool.idle.append
     relay = Relay(pool)  # type: ignore[arg-type]
     relay.connection_made(MemoryTransport())
     pool.idle.append(relay)
-    gw._relay_pool = pool
+    real_relay_pool, state.relay_pool = state.relay_pool, pool  # type: ignore[assignment]
     client = MemoryTransport()
-    proto = EntranceProtocol(gw, lambda: None)  # type: ignore[arg-type,return-value]
+    proto = EntranceProtocol(state, lambda: None)  # type: ignore[arg-type,return-value]
     proto.connection_made(client)
     proto.peering_fp = "fp"
     best = float("inf")
@@ -102,6 +106,8 @@ async def measure(requests: int, rounds: int = 5) -> float:
             relay.transport.written.clear()
     finally:
         proto.connection_lost(None)
+        state.exchange, state.relay_pool = real_exchange, real_relay_pool
+        await state.close()
     return best
 
 

@@ -227,3 +227,24 @@ class DexClient:
     def _report(self, connector_id: str, refusal: Refusal | None) -> None:
         if self._on_outcome is not None:
             self._on_outcome(connector_id, None if refusal is None else (refusal.reason, refusal.message))
+
+
+class ExchangeFailures:
+    """The last failed token exchange per Dex connector, (reason, message), cleared by a success: the control loop
+    shows it in the ClusterPeer's TokenExchangeReady. `record` says whether the entry changed."""
+
+    MAX_CONNECTORS = 10_000
+
+    def __init__(self) -> None:
+        self.by_connector: dict[str, tuple[str, str]] = {}
+
+    def record(self, connector_id: str, failure: tuple[str, str] | None) -> bool:
+        if self.by_connector.get(connector_id) == failure:
+            return False
+        if failure is None:
+            self.by_connector.pop(connector_id, None)
+            return True
+        if len(self.by_connector) >= self.MAX_CONNECTORS and connector_id not in self.by_connector:
+            return False  # bounded: far more connectors than peers means something else is wrong
+        self.by_connector[connector_id] = failure
+        return True

@@ -11,6 +11,9 @@ from typing import Iterable
 from contract import reasons
 from contract.errors import Refusal
 
+Fields = list[tuple[bytes, bytes]]
+"""Header fields as the raw bytes the parser saw."""
+
 # Hop-by-hop headers (RFC 9110 7.6.1) plus the framing and routing headers a proxy regenerates itself.
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate",
                         b"proxy-authorization", b"te", b"trailer", b"transfer-encoding", b"upgrade", b"host",
@@ -21,7 +24,6 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"pro
 _DROP_EXACT = frozenset({b"authorization", b"forwarded", b"x-real-ip", b"x-forwarded-for", b"x-client-ip",
                          b"true-client-ip", b"cookie"})
 _DROP_PREFIXES = (b"x-forwarded-", b"x-remote-")
-_RESPONSE_DROP = frozenset(n.decode() for n in HOP_BY_HOP)
 
 
 def check_request(raw_headers: Iterable[tuple[bytes, bytes]]) -> None:
@@ -84,10 +86,10 @@ def screen_request(raw_headers: Iterable[tuple[bytes, bytes]]
     return [(n, v) for _, n, v in out], authorization, close
 
 
-def request_head(method: str, target: str, host: str, headers: list[tuple[bytes, bytes]], authorization: bytes,
-                 length: int | None, chunked: bool) -> bytes:
+def request_head(method: bytes, target: bytes, host: bytes, headers: list[tuple[bytes, bytes]],
+                 authorization: bytes, length: int | None, chunked: bool) -> bytes:
     """The HTTP/1.1 request head sent upstream."""
-    parts = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n".encode("latin-1")]
+    parts = [method, b" ", target, b" HTTP/1.1\r\nHost: ", host, b"\r\n"]
     for name, value in headers:
         parts.append(name + b": " + value + b"\r\n")
     parts.append(b"Authorization: " + authorization + b"\r\n")
@@ -99,14 +101,18 @@ def request_head(method: str, target: str, host: str, headers: list[tuple[bytes,
     return b"".join(parts)
 
 
-def response_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The upstream's response headers to pass back: hop-by-hop ones are the gateway's own business."""
-    items = list(headers)
-    named: set[str] = set()
+def response_fields(fields: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The upstream's response fields to pass back: hop-by-hop ones (and those its Connection names) are the
+    gateway's own business. Both paths restate the framing themselves."""
+    items = fields if isinstance(fields, list) else list(fields)
+    named: set[bytes] | None = None
     for name, value in items:
-        if name.lower() == "connection":
-            named.update(t.strip().lower() for t in value.split(","))
-    return [(n, v) for n, v in items if n.lower() not in _RESPONSE_DROP and n.lower() not in named]
+        if name.lower() == b"connection":
+            tokens = {t.strip().lower() for t in value.split(b",")}
+            named = tokens if named is None else named | tokens
+    if named is None:
+        return [(n, v) for n, v in items if n.lower() not in HOP_BY_HOP]
+    return [(n, v) for n, v in items if (low := n.lower()) not in HOP_BY_HOP and low not in named]
 
 
 def bearer(value: str | None, max_bytes: int) -> str:

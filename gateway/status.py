@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from contract.errors import Refusal
-
 
 def status_body(code: int, reason: str, message: str) -> bytes:
     """The JSON of a failed Status. `reason` is the gateway's own machine-readable cause (kubectl prints it as
@@ -18,5 +16,14 @@ def status_body(code: int, reason: str, message: str) -> bytes:
     }, separators=(",", ":")).encode()
 
 
-def refusal_body(refusal: Refusal) -> bytes:
-    return status_body(refusal.code, refusal.reason, refusal.message)
+_PHRASES = {400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden", 404: b"Not Found",
+            405: b"Method Not Allowed", 413: b"Request Entity Too Large", 429: b"Too Many Requests",
+            431: b"Request Header Fields Too Large", 500: b"Internal Server Error", 502: b"Bad Gateway",
+            503: b"Service Unavailable"}
+
+
+def status_answer(code: int, reason: str, message: str, *, close: bool = False) -> bytes:
+    """A whole HTTP/1.1 answer carrying a Kubernetes Status (the raw path's refusals)."""
+    body = status_body(code, reason, message)
+    return b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s" % (
+        code, _PHRASES.get(code, b"Error"), len(body), b"Connection: close\r\n" if close else b"", body)

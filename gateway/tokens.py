@@ -15,9 +15,10 @@ from jwcrypto import jwk, jws
 from jwcrypto.common import JWException
 
 from contract import reasons
-from contract.names import SA_PREFIX, audience
-from gateway.registry import Peer, Registry
 from contract.errors import Refusal
+from contract.names import audience
+from gateway.consumers import consumer_capabilities, service_account
+from gateway.registry import Peer, Registry
 
 ALLOWED_ALGS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
@@ -122,15 +123,44 @@ def verify_peer_token(token: str, peer: Peer, registry: Registry, keysets: KeySe
                             "the token's audience names no capability effective for this peering; request a token "
                             f"with audience {prefix}<capability> for a capability listed in effectiveCapabilities")
     sub = claims.get("sub")
-    if not isinstance(sub, str) or not sub.startswith(SA_PREFIX):
+    account = service_account(sub)
+    if account is None:
         raise _unauthorized(reasons.NOT_A_CONSUMER, "the token's subject is not a ServiceAccount")
-    ns, _, name = sub[len(SA_PREFIX):].partition(":")
-    allowed = frozenset(c for c in usable if (cap := registry.capabilities.get(c)) is not None
-                        and cap.accepted and (ns, name) in cap.consumers)
+    allowed = consumer_capabilities(registry, usable, account)
     if not allowed:
-        raise _unauthorized(reasons.NOT_A_CONSUMER, f"ServiceAccount {ns}/{name} of peer {peer.name} is not a consumer of "
-                            "the capabilities its token names")
+        raise _unauthorized(reasons.NOT_A_CONSUMER, f"ServiceAccount {account[0]}/{account[1]} of peer {peer.name} "
+                            "is not a consumer of the capabilities its token names")
     return VerifiedToken(peer=peer.name, subject=sub, capabilities=allowed, expires=float(exp))
+
+
+class VerifiedTokens:
+    """Verified peer tokens by the SHA-256 of the token, so that a token is verified once per registry, not per
+    request. Bounded: a flood of distinct tokens costs a verification each, never memory."""
+
+    MAX_ENTRIES = 100_000
+
+    def __init__(self) -> None:
+        self._by_hash: dict[bytes, VerifiedToken] = {}
+        self.keysets = KeySets()
+
+    def get(self, token_hash: bytes) -> VerifiedToken | None:
+        return self._by_hash.get(token_hash)
+
+    def verify(self, token: str, token_hash: bytes, peer: Peer, registry: Registry, *, now: float, skew: float,
+               max_bytes: int) -> VerifiedToken:
+        """verify_peer_token (raises its Refusal), remembered by the token's hash until `clear()`."""
+        verified = verify_peer_token(token, peer, registry, self.keysets, now=now, skew=skew, max_bytes=max_bytes)
+        if len(self._by_hash) >= self.MAX_ENTRIES:
+            self._by_hash.clear()
+        self._by_hash[token_hash] = verified
+        return verified
+
+    def forget(self, token_hash: bytes) -> None:
+        self._by_hash.pop(token_hash, None)
+
+    def clear(self) -> None:
+        """A new registry: what a token allows may have changed."""
+        self._by_hash = {}
 
 
 def unverified_expiry(token: str) -> float | None:

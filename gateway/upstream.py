@@ -2,8 +2,8 @@
 
 aiohttp's ClientSession costs about as much CPU per request as everything else the gateway does together
 (URL objects, header multidicts, timers, traces, cookie handling). A proxy needs none of that: it writes the head
-it already has, lets aiohttp's C parser (llhttp) read the response, and streams the body. Dex and TokenReview,
-which are not per request, keep using ClientSession.
+it already has, follows the answer with the data plane's one response framer (`framing.ResponseFramer`), and
+streams the body. Dex and TokenReview, which are not per request, keep using ClientSession.
 """
 
 from __future__ import annotations
@@ -12,15 +12,10 @@ import asyncio
 import ssl
 from typing import Any, AsyncIterator, Awaitable, Callable, Generic, TypeVar
 
-from aiohttp.base_protocol import BaseProtocol
-from aiohttp.client_exceptions import ClientPayloadError
-from aiohttp.http_parser import HttpResponseParser, RawResponseMessage
-from aiohttp.streams import StreamReader
-
 from gateway import tlsstream
+from gateway.framing import Data, FramingError, ResponseFramer, ResponseHead
 from gateway.resolve import OverrideResolver, split_authority
 
-_READ_LIMIT = 2 ** 16
 #: A pooled connection idle for longer is not used again: safely below kube-apiserver's 90 s idle timeout (Go's
 #: http.Server IdleTimeout there), so that the gateway never sends into the upstream's close.
 REUSE_IDLE_SECONDS = 60.0
@@ -70,31 +65,102 @@ class PooledIdle:
         raise NotImplementedError
 
 
-class _Connection(PooledIdle, BaseProtocol):
-    """One TLS connection, one request at a time. Parsing is llhttp's; framing decides reuse."""
+class BodyStream:
+    """The payload of one answer as it arrives (the aiohttp path's and the egress's reading side). While more
+    than `high` bytes wait to be read, the upstream connection stops reading."""
 
-    __slots__ = ("pool", "waiter", "payload", "message", "last_read", "broken", "timer", "idle_since")
+    __slots__ = ("_conn", "_chunks", "_size", "_eof", "_exc", "_waiter")
+
+    high = 2 ** 16
+
+    def __init__(self, conn: "_Connection") -> None:
+        self._conn = conn
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._eof = False
+        self._exc: UpstreamError | None = None
+        self._waiter: asyncio.Future | None = None
+
+    def feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        if self._size > self.high:
+            self._conn.pause_reading()
+        self._wake()
+
+    def feed_eof(self) -> None:
+        self._eof = True
+        self._wake()
+
+    def set_exception(self, exc: UpstreamError) -> None:
+        if not self._eof:
+            self._exc = exc
+            self._wake()
+
+    def at_eof(self) -> bool:
+        """Everything was read and the answer ended cleanly."""
+        return self._eof and not self._chunks and self._exc is None
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def readany(self) -> bytes:
+        """The next bytes of the payload; b"" at its end; UpstreamError when it ended early."""
+        while not self._chunks:
+            if self._exc is not None:
+                raise self._exc
+            if self._eof:
+                return b""
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        data = b"".join(self._chunks) if len(self._chunks) > 1 else self._chunks[0]
+        self._chunks.clear()
+        self._size = 0
+        self._conn.resume_reading()
+        return data
+
+    async def read(self) -> bytes:
+        """The whole payload."""
+        parts = []
+        while chunk := await self.readany():
+            parts.append(chunk)
+        return b"".join(parts)
+
+
+class _Connection(PooledIdle, asyncio.Protocol):
+    """One TLS connection, one request at a time. The answer is followed by the data plane's one framer
+    (framing.ResponseFramer, decoding); framing decides reuse."""
+
+    __slots__ = ("pool", "transport", "framer", "waiter", "head", "body", "reuse", "last_read", "broken", "timer",
+                 "idle_since", "_write_paused", "_drain")
 
     def __init__(self, pool: "UpstreamPool") -> None:
-        super().__init__(pool.loop)
         self.pool = pool
+        self.transport: Any = None
+        self.framer = ResponseFramer(decode=True)
         self.waiter: asyncio.Future | None = None
-        self.payload: StreamReader | None = None
-        self.message: RawResponseMessage | None = None
+        self.head: ResponseHead | None = None
+        self.body: BodyStream | None = None
+        self.reuse = False
         self.last_read = pool.loop.time()
         self.broken = False
         self.timer: asyncio.TimerHandle | None = None
         self.idle_since = 0.0
+        self._write_paused = False
+        self._drain: asyncio.Future | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
 
     # --- request ---
     def begin(self, head_only: bool) -> asyncio.Future:
-        self._parser = HttpResponseParser(self, self.pool.loop, _READ_LIMIT, payload_exception=ClientPayloadError,
-                                         response_with_body=not head_only, read_until_eof=True,
-                                         auto_decompress=False, max_line_size=self.pool.max_line,
-                                         max_field_size=self.pool.max_line, max_headers=self.pool.max_headers)
+        self.framer.start(head_only)
         self.waiter = self.pool.loop.create_future()
-        self.payload = None
-        self.message = None
+        self.head = None
+        self.body = None
+        self.reuse = False
         self.last_read = self.pool.loop.time()
         self._arm_idle()
         return self.waiter
@@ -102,7 +168,7 @@ class _Connection(PooledIdle, BaseProtocol):
     def _exchanging(self) -> bool:
         # Only the wait for the response head is timed: once an answer streams (a watch), silence is a client
         # waiting, and a dead upstream is found by TCP keepalive.
-        return self._parser is not None and self.message is None
+        return self.waiter is not None and self.framer.waiting_for_head
 
     def _idle_expired(self, why: str) -> None:
         self._fail(UpstreamError("request", why))
@@ -112,58 +178,84 @@ class _Connection(PooledIdle, BaseProtocol):
     # --- protocol ---
     def data_received(self, data: bytes) -> None:
         self.last_read = self.pool.loop.time()
-        if self._parser is None:
-            if not data:
-                return  # resume_reading after the response ended
-            self.broken = True  # bytes nobody asked for: never reuse this connection
-            if self.transport is not None:
-                self.transport.abort()
-            return
         try:
-            messages, upgraded, tail = self._parser.feed_data(data)
-        except BaseException as exc:  # a malformed response: fail the request, drop the connection
-            self._fail(UpstreamError("request", f"malformed response ({type(exc).__name__})"))
+            events = self.framer.feed(data)
+        except FramingError as exc:  # a malformed answer, or bytes nobody asked for: never reuse
+            self._fail(UpstreamError("request", f"malformed response ({exc})"))
             if self.transport is not None:
                 self.transport.abort()
             return
-        for message, payload in messages:
-            self.message, self.payload = message, payload
-            if self.waiter is not None and not self.waiter.done():
-                self.waiter.set_result((message, payload))
-        if upgraded:
-            self.broken = True
+        self._handle(events)
+
+    def _handle(self, events: list) -> None:
+        for event in events:
+            if isinstance(event, Data):
+                assert self.body is not None
+                self.body.feed(event.data)
+            elif isinstance(event, ResponseHead):
+                self.head, self.body = event, BodyStream(self)
+                if self.waiter is not None and not self.waiter.done():
+                    self.waiter.set_result((event, self.body))
+            else:  # EndOfMessage
+                self.reuse = event.reuse
+                assert self.body is not None
+                self.body.feed_eof()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.broken = True
         self._stop_idle()
-        if self._parser is not None:
+        if self.framer.in_answer:
             try:
-                messages, _, _ = self._parser.feed_eof() or ((), False, b"")
-            except Exception:
-                messages = ()
-            for message, payload in messages or ():
-                if self.waiter is not None and not self.waiter.done():
-                    self.waiter.set_result((message, payload))
+                self._handle(self.framer.feed_eof())
+            except FramingError as err:
+                self._fail(UpstreamError("request", str(err)))
         self._fail(UpstreamError("request", "the upstream closed the connection"))
         self.pool._forget(self)
-        super().connection_lost(exc)
+        self.transport = None
+        drain, self._drain = self._drain, None
+        if drain is not None and not drain.done():
+            drain.set_exception(ConnectionResetError("the upstream closed the connection"))
+            drain.exception()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        drain, self._drain = self._drain, None
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+
+    async def drain(self) -> None:
+        """Wait until the transport takes more (ConnectionError once the connection is gone)."""
+        if self.transport is None:
+            raise ConnectionResetError("the upstream closed the connection")
+        if self._write_paused:
+            self._drain = self.pool.loop.create_future()
+            await self._drain
+
+    def pause_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()
 
     def _fail(self, err: UpstreamError) -> None:
         self.broken = True
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(err)
             self.waiter.exception()  # retrieved: the caller may be gone
-        if self.payload is not None and not self.payload.is_eof():
-            self.payload.set_exception(ClientPayloadError(err.detail))
+        if self.body is not None:
+            self.body.set_exception(err)
 
     def finished(self) -> bool:
-        """The response was read to its end and the connection may carry another request."""
-        return (not self.broken and self.message is not None and not self.message.should_close
-                and self.payload is not None and self.payload.is_eof() and self.payload.exception() is None)
+        """The answer was read to its end and the connection may carry another request."""
+        return not self.broken and self.reuse and self.body is not None and self.body.at_eof()
 
     def release(self, reuse: bool) -> None:
         # The idle timer stays armed: it stops itself once it finds no request, saving a timer per request.
-        self._parser = None
         self.waiter = None
         if reuse and self.transport is not None and not self.transport.is_closing():
             self.pool.park(self)
@@ -248,12 +340,10 @@ class UpstreamPool(TLSPool[_Connection]):
     """The proxy's lean HTTP/1.1 client over pooled TLS connections to one upstream."""
 
     def __init__(self, authority: str, ssl_context: ssl.SSLContext, resolver: OverrideResolver, *,
-                 connect_timeout: float, idle_timeout: float, max_idle: int, max_line: int = 65536,
-                 max_headers: int = 256, reuse_idle: float = REUSE_IDLE_SECONDS) -> None:
+                 connect_timeout: float, idle_timeout: float, max_idle: int,
+                 reuse_idle: float = REUSE_IDLE_SECONDS) -> None:
         super().__init__(authority, ssl_context, resolver, connect_timeout=connect_timeout,
                          idle_timeout=idle_timeout, max_idle=max_idle, reuse_idle=reuse_idle)
-        self.max_line = max_line
-        self.max_headers = max_headers
 
     def _usable(self, conn: _Connection) -> bool:
         return super()._usable(conn) and not conn.broken
@@ -269,7 +359,7 @@ class UpstreamPool(TLSPool[_Connection]):
             pass
 
     async def request(self, head: bytes, body: AsyncIterator[bytes] | None, *, head_only: bool, chunked: bool,
-                      on_response: Callable[[RawResponseMessage, StreamReader], Awaitable[None]]) -> None:
+                      on_response: Callable[[ResponseHead, BodyStream], Awaitable[None]]) -> None:
         """Send `head` (and the body), hand the parsed response head and its body stream to `on_response`, and
         put the connection back in the pool only if the exchange ended cleanly.
 
@@ -285,22 +375,22 @@ class UpstreamPool(TLSPool[_Connection]):
         reuse = False
         try:
             try:
-                message, payload = await self._attempt(conn, head, head_only, body, chunked, sent)
+                answer, payload = await self._attempt(conn, head, head_only, body, chunked, sent)
             except UpstreamError:
-                if fresh or conn.message is not None:
+                if fresh or conn.framer.started:
                     raise
                 # A pooled connection the upstream had closed meanwhile: once more on a new one.
                 conn.release(False)
                 conn = await self._connect()
                 again = None if body is None else _replay(sent or [], body)
-                message, payload = await self._attempt(conn, head, head_only, again, chunked, None)
-            await on_response(message, payload)
+                answer, payload = await self._attempt(conn, head, head_only, again, chunked, None)
+            await on_response(answer, payload)
             reuse = conn.finished() and len(self.idle) < self.max_idle
         finally:
             conn.release(reuse)
 
     async def _attempt(self, conn: _Connection, head: bytes, head_only: bool, body: AsyncIterator[bytes] | None,
-                       chunked: bool, sent: list[bytes] | None) -> tuple[RawResponseMessage, StreamReader]:
+                       chunked: bool, sent: list[bytes] | None) -> tuple[ResponseHead, BodyStream]:
         waiter = conn.begin(head_only)
         assert conn.transport is not None
         conn.transport.write(head)
@@ -308,7 +398,7 @@ class UpstreamPool(TLSPool[_Connection]):
             try:
                 await self._send_body(conn, body, chunked, sent)
             except UpstreamError:
-                if conn.message is not None and waiter.done() and not waiter.cancelled() \
+                if conn.head is not None and waiter.done() and not waiter.cancelled() \
                         and waiter.exception() is None:
                     return waiter.result()  # it answered (a refusal, say) before taking the whole body
                 raise
@@ -328,7 +418,7 @@ class UpstreamPool(TLSPool[_Connection]):
             else:
                 transport.write(chunk)
             try:
-                await conn._drain_helper()
+                await conn.drain()
             except ConnectionError:
                 raise UpstreamError("request", "the upstream closed the connection while the body was sent") \
                     from None

@@ -1,9 +1,11 @@
-"""Several worker processes serving the entrance and the egress, so that the gateway uses every core.
+"""The parent's side of the worker processes that serve the entrance and the egress, so that the gateway uses
+every core.
 
 The parent binds one SO_REUSEPORT socket per worker and listener (the kernel spreads connections across them),
-spawns the workers, and keeps the join and ops listeners and the control loop's handlers. It pushes every
-registry, certificate set and rotating secret to the workers over a pipe; workers forward /peering/v1/ calls
-to the parent over a private Unix socket, and answer metric scrapes over the pipe.
+spawns the workers (each runs worker.main, a data plane of its own), and keeps the join and ops listeners and the
+control loop's handlers. It pushes every registry, certificate set and rotating secret to the workers over a
+pipe; workers forward /peering/v1/ calls to the parent over a private Unix socket, and answer metric scrapes over
+the pipe. A worker that dies is started again with the current state.
 """
 
 from __future__ import annotations
@@ -17,18 +19,19 @@ import os
 import socket
 import tempfile
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from multiprocessing.process import BaseProcess
+from typing import Callable
 
-import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from contract import reasons
+from contract.errors import Refusal
+from gateway import worker as worker_process
 from gateway.config import GatewayConfig
 from gateway.protocol import ControlHandlers, PeerCall
-from contract.errors import Refusal
 from gateway.registry import Registry
 
 log = logging.getLogger("gateway.workers")
@@ -57,90 +60,6 @@ def reuseport_sockets(host: str, port: int, count: int) -> list[socket.socket]:
     return out
 
 
-class _Pushed:
-    """A config callable whose value the parent pushes (the SA token and Dex secret rotate in files)."""
-
-    def __init__(self) -> None:
-        self.value = ""
-
-    def __call__(self) -> str:
-        return self.value
-
-
-class _ForwardingHandlers:
-    """The control loop's handlers as a worker sees them: calls go to the parent over its Unix socket."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._session: aiohttp.ClientSession | None = None
-
-    async def peer_call(self, call: PeerCall) -> dict:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=self._path))
-        payload = {"peer": call.peer.name, "op": call.op, "body": call.body}
-        async with self._session.post("http://parent/peer-call", json=payload) as resp:
-            answer = await resp.json()
-        if "error" in answer:
-            raise Refusal(*answer["error"])
-        return answer["ok"]
-
-    async def join(self, call: Any) -> dict:  # pragma: no cover - workers do not serve the join listener
-        raise Refusal(404, reasons.NOT_FOUND, "join is served by the parent process")
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-
-def _worker_main(index: int, config: GatewayConfig, sockets: dict[str, socket.socket], conn: Connection,
-                 control_path: str) -> None:
-    import uvloop
-    logging.basicConfig(level=logging.WARNING)
-    uvloop.run(_worker(index, config, sockets, conn, control_path))
-
-
-async def _worker(index: int, config: GatewayConfig, sockets: dict[str, socket.socket], conn: Connection,
-                  control_path: str) -> None:
-    from gateway.server import Gateway
-    token, secret = _Pushed(), _Pushed()
-    config = dataclasses.replace(config, api_token=token, dex_client_secret=secret, workers=1)
-    handlers = _ForwardingHandlers(control_path)
-    gw = Gateway(config, handlers)
-    gw.on_exchange_change = lambda connector: conn.send(("exchange", connector,
-                                                         gw.exchange_failures.get(connector)))
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-
-    def on_message() -> None:
-        try:
-            while conn.poll():
-                seq, kind, *args = conn.recv()
-                if kind == "registry":
-                    gw.publish(args[0])
-                elif kind == "certs":
-                    gw.reload_certificates(**args[0])
-                elif kind == "secrets":
-                    token.value, secret.value = args
-                elif kind == "metrics":
-                    conn.send(("metrics", args[0], index, gw.metrics_text().decode()))
-                elif kind == "stop" and not done.done():
-                    done.set_result(None)
-                conn.send(("ack", seq))
-        except (EOFError, OSError):
-            if not done.done():
-                done.set_result(None)
-
-    await gw.start(sockets=sockets)
-    loop.add_reader(conn.fileno(), on_message)
-    conn.send(("ready", index))
-    try:
-        await done
-    finally:
-        loop.remove_reader(conn.fileno())
-        await gw.stop()
-        await handlers.close()
-
-
 class _WorkerMetrics(Collector):
     """The latest metric scrapes of the parent ("main") and each worker, each sample labelled with its process."""
 
@@ -148,7 +67,7 @@ class _WorkerMetrics(Collector):
         self.texts: dict[str, str] = {}
 
     def collect(self):
-        merged: dict[str, Any] = {}
+        merged: dict = {}
         for index, text in sorted(self.texts.items()):
             for family in text_string_to_metric_families(text):
                 target = merged.get(family.name)
@@ -166,7 +85,7 @@ class _WorkerMetrics(Collector):
 @dataclasses.dataclass
 class _Worker:
     index: int
-    process: Any
+    process: BaseProcess
     conn: Connection
     acked: int = 0
 
@@ -174,19 +93,18 @@ class _Worker:
 class WorkerPool:
     """The parent's side: spawns, feeds, scrapes, restarts and stops the workers."""
 
-    def __init__(self, config: GatewayConfig, handlers: ControlHandlers, registry: Callable[[], Registry],
-                 count: int, *, on_exchange: Callable[[str, tuple[str, str] | None], None] | None = None) -> None:
+    def __init__(self, config: GatewayConfig, handlers: ControlHandlers, count: int) -> None:
         self.config = config
-        self._on_exchange = on_exchange
         self.handlers = handlers
-        self._registry = registry
+        self._registry: Callable[[], Registry] = Registry.empty
+        self._on_exchange: Callable[[str, tuple[str, str] | None], None] | None = None
         self.count = count
         self.metrics = _WorkerMetrics()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
         self.sockets: dict[str, list[socket.socket]] = {}
         self._workers: dict[int, _Worker] = {}
-        self._state: dict[str, Any] = {}
+        self._state: dict[str, tuple] = {}
         self._ctx = multiprocessing.get_context("spawn")
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._control: web.AppRunner | None = None
@@ -205,7 +123,11 @@ class WorkerPool:
     def egress_port(self) -> int:
         return self.sockets["egress"][0].getsockname()[1]
 
-    async def start(self) -> None:
+    async def start(self, registry: Callable[[], Registry],
+                    on_exchange: Callable[[str, tuple[str, str] | None], None]) -> None:
+        """Bind the sockets and start the workers; `registry` gives the current registry (for peer calls),
+        `on_exchange` hears the workers' exchange outcomes."""
+        self._registry, self._on_exchange = registry, on_exchange
         cfg = self.config
         self.sockets = {"entrance": reuseport_sockets(cfg.entrance_host, cfg.entrance_port, self.count),
                         "egress": reuseport_sockets(cfg.egress_host, cfg.egress_port, self.count)}
@@ -213,7 +135,7 @@ class WorkerPool:
         os.chmod(self._tmp.name, 0o700)
         control_path = os.path.join(self._tmp.name, "control.sock")
         app = web.Application(client_max_size=cfg.limits.max_peer_call_bytes * 2 + 4096)
-        app.router.add_post("/peer-call", self._peer_call)
+        app.router.add_post(worker_process.PEER_CALL_PATH, self._peer_call)
         self._control = web.AppRunner(app, access_log=None)
         await self._control.setup()
         await web.UnixSite(self._control, control_path).start()
@@ -229,7 +151,7 @@ class WorkerPool:
         parent, child = self._ctx.Pipe()
         sockets = {name: socks[index] for name, socks in self.sockets.items()}
         config = dataclasses.replace(self.config, api_token=None, dex_client_secret=None)
-        process = self._ctx.Process(target=_worker_main, name=f"peering-gateway-{index}", daemon=True,
+        process = self._ctx.Process(target=worker_process.main, name=f"peering-gateway-{index}", daemon=True,
                                     args=(index, config, sockets, child, self._control_path))
         process.start()
         child.close()

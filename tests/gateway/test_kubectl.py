@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gw_support import ENTRANCE_HOST, ISSUER, PEER_UUID, Handlers, b64, load_certs
+from tests.gateway.support import ENTRANCE_HOST, ISSUER, PEER_UUID, Handlers, b64, load_certs
 from gateway.config import GatewayConfig
 from gateway.registry import Registry
 from gateway.server import Gateway
@@ -25,7 +25,7 @@ USER = f"peering:{PEER_UUID}:system:serviceaccount:mod:controller"
 
 
 def _token(key, cluster_uuid: str) -> str:
-    from gw_support import make_token
+    from tests.gateway.support import make_token
     return make_token(key, aud=[f"peering.deckhouse.io/{cluster_uuid}/read-pods"])
 
 

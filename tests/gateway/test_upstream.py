@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from gw_support import gateway_config, load_certs, make_token, registry_for
-from test_gw_egress import EGRESS, _egress_gateway
-from test_gw_entrance import PODS
+from tests.gateway.support import gateway_config, load_certs, make_token, registry_for
+from tests.gateway.test_egress import EGRESS, _egress_gateway
+from tests.gateway.test_entrance import PODS
 from gateway.server import Gateway
 from gateway.upstream import UpstreamPool
 
@@ -68,7 +68,7 @@ async def test_a_pooled_connection_idle_past_the_reuse_limit_is_not_used(gateway
     token = make_token(issuer_key)
     async with s.get(PODS, headers={"Authorization": f"Bearer {token}"}) as resp:
         assert resp.status == 200
-    pool = gateway._relay_pool
+    pool = gateway.state.relay_pool
     assert len(pool.idle) == 1
     stale = pool.idle[0]
     stale.idle_since -= pool.reuse_idle + 1  # as if it had been idle past the limit

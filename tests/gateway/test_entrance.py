@@ -8,7 +8,7 @@ import json
 import aiohttp
 import pytest
 
-from gw_support import CLUSTER, ENTRANCE_HOST, ISSUER, make_token, registry_for
+from tests.gateway.support import CLUSTER, ENTRANCE_HOST, ISSUER, make_token, registry_for
 
 URL = f"https://{ENTRANCE_HOST}"
 PODS = URL + "/api/v1/namespaces/default/pods"
@@ -168,7 +168,7 @@ async def test_upgrade_is_refused(gateway, session_for, issuer_key, upstream):
 
 async def test_watch_streams_longer_than_the_idle_timeout_of_an_intermediate(
         pki, issuer_key, upstream, dex, handlers, session_for):
-    from gw_support import gateway_config, load_certs
+    from tests.gateway.support import gateway_config, load_certs
     from gateway.server import Gateway
     # With an idle timeout of 0.3 s, a watch that sends an event every 0.1 s for 1.2 s must stay open: only
     # silence closes a stream, never its total length.
@@ -274,7 +274,7 @@ async def test_each_dex_refusal_names_what_to_fix_and_a_success_clears_it(
 
 
 async def test_api_server_down_gives_503(pki, issuer_key, dex, handlers, session_for, upstream):
-    from gw_support import gateway_config, load_certs
+    from tests.gateway.support import gateway_config, load_certs
     from gateway.server import Gateway
     import socket
     with socket.socket() as unused:
@@ -315,7 +315,7 @@ async def test_large_response_streams_back(gateway, session_for, issuer_key):
 
 
 async def test_oversized_body_is_refused(pki, issuer_key, upstream, dex, handlers, session_for):
-    from gw_support import gateway_config, load_certs
+    from tests.gateway.support import gateway_config, load_certs
     from gateway.server import Gateway
     gw = Gateway(gateway_config(pki, upstream, dex, max_body_bytes=1000), handlers)
     await gw.start()

@@ -10,7 +10,7 @@ import warnings
 import aiohttp
 import pytest
 
-from gw_support import (CLUSTER, ENTRANCE_HOST, PEER_UUID, client_ssl, gateway_config, load_certs, make_token,
+from tests.gateway.support import (CLUSTER, ENTRANCE_HOST, PEER_UUID, client_ssl, gateway_config, load_certs, make_token,
                       registry_for)
 from gateway.server import Gateway
 

@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 import pytest
 
-from gw_support import ENTRANCE_HOST, gateway_config, load_certs, make_token, registry_for
+from tests.gateway.support import ENTRANCE_HOST, gateway_config, load_certs, make_token, registry_for
 from gateway.server import Gateway
 
 URL = f"https://{ENTRANCE_HOST}"

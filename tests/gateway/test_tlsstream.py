@@ -10,7 +10,7 @@ import pytest
 import trustme
 
 from gateway import tls, tlsstream
-from gw_support import close_stream
+from tests.gateway.support import close_stream
 
 HOST = "peering-gateway.tls.lab"
 

@@ -1,153 +1,19 @@
-"""The entrance's raw-bytes path (gateway/entrance.py): head parsing, response framing, and relaying over real TLS
-against a scripted upstream that answers with exactly the bytes a test chooses."""
+"""The entrance's raw path with its relay (gateway/entrance.py, gateway/relay.py) over real TLS, against a scripted
+upstream that answers with exactly the bytes a test chooses: the edges of what test_framing.py proves without
+sockets."""
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import json
+import socket
 import ssl
-from types import SimpleNamespace
 
 import pytest
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from gateway.entrance import Relay, parse_request_head, response_head
-from gateway.headers import check_request, forwarded_headers, screen_request
-from contract.errors import Refusal
 from gateway.server import Gateway
-from gw_support import (ENTRANCE_HOST, Upstream, client_ssl, close_stream, gateway_config, load_certs, make_token,
+from tests.gateway.support import (ENTRANCE_HOST, Upstream, client_ssl, close_stream, gateway_config, load_certs, make_token,
                         registry_for)
-
-# ----- pure rules -------------------------------------------------------------------------------------------------
-
-
-def test_plain_request_head_is_parsed_into_raw_fields():
-    head = b"GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc \r\nAccept: a, b"
-    assert parse_request_head(head, 100) == (b"GET", b"/api/v1/pods?watch=1",
-                                             [(b"Host", b"x"), (b"Authorization", b"Bearer abc"),
-                                              (b"Accept", b"a, b")])
-    assert parse_request_head(b"HEAD / HTTP/1.1", 100) == (b"HEAD", b"/", [])
-
-
-@pytest.mark.parametrize("head", [
-    b"POST /api HTTP/1.1\r\nHost: x",                              # a method with a body
-    b"GET /api HTTP/1.0\r\nHost: x",                               # not HTTP/1.1
-    b"GET /api HTTP/1.1\r\nContent-Length: 0",                      # any body framing
-    b"GET /api HTTP/1.1\r\nTransfer-Encoding: chunked",
-    b"GET /api HTTP/1.1\r\nExpect: 100-continue",                   # an interim answer to give
-    b"GET /api HTTP/1.1\r\nHost: x\r\n folded",                     # obs-fold
-    b"GET /api HTTP/1.1\r\nBad Name: x",                            # not a token
-    b"GET /api HTTP/1.1\r\nX: a\nInjected: b",                      # bare LF
-    b"GET /api HTTP/1.1\r\nX: a\x00b",                              # control character
-    b"GET api HTTP/1.1",                                            # not an origin-form target
-    b"GET /a b HTTP/1.1",
-    b"GET /api HTTP/1.1\r\n" + b"\r\n".join(b"X-%d: v" % i for i in range(101)),  # over max_headers
-])
-def test_anything_but_a_plain_request_goes_to_the_aiohttp_path(head):
-    assert parse_request_head(head, 100) is None
-
-
-_NAMES = st.sampled_from([b"Accept", b"Authorization", b"authorization", b"Connection", b"X-Hop", b"x-hop",
-                          b"Impersonate-User", b"Upgrade", b"X-Forwarded-For", b"X-Remote-Group", b"Forwarded",
-                          b"Cookie", b"Host", b"Keep-Alive", b"TE", b"Content-Type", b"User-Agent", b"Expect"])
-_VALUES = st.sampled_from([b"a", b"close", b"keep-alive, X-Hop", b"Upgrade", b"x-hop, close", b"Bearer t1",
-                           b"Bearer t2", b"upgrade, keep-alive", b""])
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.lists(st.tuples(_NAMES, _VALUES), max_size=8))
-def test_the_raw_paths_one_pass_applies_exactly_the_header_rules(fields):
-    try:
-        check_request(fields)
-    except Refusal as expected:
-        with pytest.raises(Refusal) as got:
-            screen_request(fields)
-        assert (got.value.code, got.value.reason, got.value.message) == (expected.code, expected.reason,
-                                                                         expected.message)
-        return
-    forward, authorization, close = screen_request(fields)
-    assert forward == forwarded_headers(fields)
-    assert authorization == next((v for n, v in fields if n.lower() == b"authorization"), None)
-    assert close == any(n.lower() == b"connection" and b"close" in [t.strip().lower() for t in v.split(b",")]
-                        for n, v in fields)
-
-
-def test_response_head_drops_hop_by_hop_fields_and_restates_framing():
-    head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: keep-alive, X-Hop\r\n"
-            b"X-Hop: 1\r\nKeep-Alive: timeout=5\r\nContent-Length: 12\r\nAudit-Id: 7")
-    out, code, state, reuse, length = response_head(head, False)
-    assert out == (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nAudit-Id: 7\r\nContent-Length: 12\r\n"
-                   b"\r\n")
-    assert (code, reuse, length) == (200, True, 12)
-
-
-def test_response_head_framing_cases():
-    chunked, _, _, reuse, _ = response_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked", False)
-    assert chunked.endswith(b"Transfer-Encoding: chunked\r\n\r\n") and reuse
-    until_close, _, _, reuse, _ = response_head(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain", False)
-    assert until_close.endswith(b"Connection: close\r\n\r\n") and not reuse
-    _, _, _, reuse, _ = response_head(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1", False)
-    assert not reuse
-    _, _, _, reuse, _ = response_head(b"HTTP/1.0 200 OK\r\nContent-Length: 1", False)
-    assert not reuse
-    head_only, _, _, reuse, length = response_head(b"HTTP/1.1 200 OK\r\nContent-Length: 99", True)
-    assert head_only.endswith(b"Content-Length: 99\r\n\r\n") and reuse and length == 0
-    no_content, code, _, _, _ = response_head(b"HTTP/1.1 204 No Content", False)
-    assert (no_content, code) == (b"HTTP/1.1 204 No Content\r\n\r\n", 204)
-
-
-@pytest.mark.parametrize("head", [
-    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked",  # smuggling shape
-    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6",
-    b"HTTP/1.1 200 OK\r\nContent-Length: -1",
-    b"HTTP/1.1 100 Continue",
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked",                # a coding the client would not see
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked",
-    b"HTTP/2 200 OK",
-    b"HTTP/1.1 200 OK\r\nX: a\nY: b",
-])
-def test_response_heads_that_cannot_be_relayed_safely_are_refused(head):
-    with pytest.raises(ValueError):
-        response_head(head, False)
-
-
-CHUNKED = b"5;ext=1\r\nhello\r\n1A\r\n" + b"z" * 26 + b"\r\n0\r\nTrailer-A: 1\r\n\r\n"
-
-
-def _scanner() -> Relay:
-    relay = Relay(SimpleNamespace())  # type: ignore[arg-type]
-    relay.state = 2  # _CHUNK_LINE
-    return relay
-
-
-def test_chunked_end_is_found_at_every_split_of_the_body():
-    for cut in range(len(CHUNKED) + 1):
-        relay = _scanner()
-        parts = [CHUNKED[:cut], CHUNKED[cut:] + b"NEXT"]
-        seen, ends = 0, []
-        for part in parts:
-            end = relay._scan_chunked(part)
-            if end >= 0:
-                ends.append(seen + end)
-                break
-            seen += len(part)
-        assert ends == [len(CHUNKED)], cut
-
-
-def test_chunked_end_is_found_byte_by_byte():
-    relay = _scanner()
-    results = [relay._scan_chunked(CHUNKED[i:i + 1]) for i in range(len(CHUNKED))]
-    assert results[-1] == 1 and all(r == -1 for r in results[:-1])
-
-
-@pytest.mark.parametrize("body", [b"zz\r\nab\r\n", b"2\r\nabX\r\n", b"1" * 20 + b"\r\n", b"2;" + b"e" * 5000])
-def test_malformed_chunked_bodies_are_refused(body):
-    with pytest.raises(ValueError):
-        _scanner()._scan_chunked(body)
-
 
 # ----- over real TLS, against a scripted upstream -------------------------------------------------------------------
 
@@ -333,7 +199,7 @@ async def test_a_pooled_connection_the_upstream_closed_is_retried_once(scripted_
         assert (await read_answer(reader))[2] == b'{"n":1}'
         # Wait (bounded) until the gateway has seen the upstream close its pooled connection.
         for _ in range(200):
-            if not gw._relay_pool.all:
+            if not gw.state.relay_pool.all:
                 break
             await asyncio.sleep(0.01)
         writer.write(get("/api/v1/pods", token))
@@ -393,12 +259,12 @@ async def test_held_connections_keep_no_decoded_peer_certificate(scripted_gatewa
     try:
         writer.write(get("/api/v1/pods", make_token(issuer_key)))
         assert (await read_answer(reader))[0] == 200
-        (fp, conns), = gw._by_fp.items()
-        (conn,) = conns
+        (fp,) = gw.registry.by_fingerprint
+        (conn,) = gw.state.connections.of(fp)
         # The peer is still known by its certificate's fingerprint; only the decoded copy is gone.
         assert gw.registry.by_fingerprint[fp].name == "peer"
         assert conn.transport.get_extra_info("peercert") == {}
-        (relay,) = gw._relay_pool.all
+        (relay,) = gw.state.relay_pool.all
         assert relay.transport.get_extra_info("peercert") == {}
         # Small records (a response head, then its body) do not wait for delayed ACKs on either connection: the
         # event loop sets TCP_NODELAY on every TCP transport, the gateway relies on it.

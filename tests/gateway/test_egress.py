@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from gw_support import CLUSTER, ENTRANCE_HOST, gateway_config, load_certs, make_token, registry_for
+from tests.gateway.support import CLUSTER, ENTRANCE_HOST, gateway_config, load_certs, make_token, registry_for
 from gateway.server import Gateway
 
 EGRESS = "https://peering-gateway.d8-peering.svc"
@@ -43,7 +43,7 @@ async def test_consumer_reaches_the_peer_api_through_egress_and_entrance(
         assert all(k.lower() != "x-forwarded-for" for k, _ in upstream.requests[-1]["headers"])
         assert upstream.reviews == 1 and dex.calls == 1  # both cached by token hash
         # Pooled: three requests, one connection to the peer's entrance.
-        assert sum(len(c) for c in gateway._by_fp.values()) == 1
+        assert gateway.state.connections.count() == 1
     finally:
         await egress.stop()
 
@@ -82,8 +82,8 @@ async def test_egress_reports_an_unreachable_peer(pki, issuer_key, upstream, dex
         with socket.socket() as unused:
             unused.bind(("127.0.0.1", 0))
             port = unused.getsockname()[1]
-        await egress._resolver.close()
-        egress._resolver._overrides[ENTRANCE_HOST] = ("127.0.0.1", port)
+        await egress.state.resolver.close()
+        egress.state.resolver._overrides[ENTRANCE_HOST] = ("127.0.0.1", port)
         s = session_for(egress, None)
         async with s.get(EGRESS + "/peers/peer/api", headers={"Authorization": f"Bearer {make_token(issuer_key)}"}) as r:
             assert (r.status, (await r.json())["reason"]) == (503, "UpstreamUnavailable")

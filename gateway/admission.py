@@ -1,0 +1,267 @@
+"""Where every entrance and egress request is admitted (DESIGN.md 7): one chain, called by both entrance paths
+(the raw path in entrance.py, the aiohttp path in listeners.py) and by the egress.
+
+    entrance: peer (client certificate) -> header rules -> peer token (verified-token cache) -> consumer
+              -> exchange decision -> the upstream request head
+    egress:   peer (path) -> header rules -> local token -> TokenReview decision -> consumer -> the head
+
+`admit_entrance` and `admit_egress` do no I/O: they answer `Admitted` (the upstream head is ready), or what must
+be waited for first (`NeedsExchange`: a Dex exchange not in the cache; `NeedsReview`: a TokenReview), or raise
+the `Refusal` of the first rule that fails; the connection's `ClientState` then says which peer and capabilities
+label the answer. `complete` waits for that through the state's caches, `upstream_refusal` says what a failed
+upstream means to the client, `closes_connection` which refusals end the connection. A fast path calls these;
+none re-implements a rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from contract import reasons
+from contract.errors import Refusal
+from contract.paths import EGRESS_PREFIX, PEER_OPS, PEER_PREFIX
+from gateway.headers import Fields, bearer, request_head, screen_request
+from gateway.registry import Peer
+from gateway.state import GatewayState
+from gateway.tokens import VerifiedToken, unverified_expiry
+from gateway.upstream import UpstreamError
+
+_EGRESS_PREFIX = EGRESS_PREFIX.encode()
+
+
+class Admitted:
+    """A request that may pass: `head` is what goes upstream."""
+
+    __slots__ = ("head", "watch")
+
+    def __init__(self, head: bytes, watch: bool) -> None:
+        self.head = head
+        self.watch = watch
+
+
+class _Pending:
+    """A request admitted but for one answer still to wait for; `admit(...)` with it gives the Admitted."""
+
+    __slots__ = ("watch", "token_hash", "token", "not_after", "_method", "_target", "_host", "_forward", "_length",
+                 "_chunked")
+
+    def __init__(self, watch: bool, token_hash: bytes, token: str, not_after: float, method: bytes, target: bytes,
+                 host: bytes, forward: Fields, length: int | None, chunked: bool) -> None:
+        self.watch, self.token_hash, self.token, self.not_after = watch, token_hash, token, not_after
+        self._method, self._target, self._host, self._forward = method, target, host, forward
+        self._length, self._chunked = length, chunked
+
+    def _admitted(self, authorization: bytes) -> Admitted:
+        head = request_head(self._method, self._target, self._host, self._forward, authorization, self._length,
+                            self._chunked)
+        return Admitted(head, self.watch)
+
+
+class NeedsExchange(_Pending):
+    """The peer's token is good; its exchange at Dex (through `connector`) is not cached yet."""
+
+    __slots__ = ("connector",)
+
+    def __init__(self, connector: str, *args) -> None:
+        super().__init__(*args)
+        self.connector = connector
+
+    def admit(self, exchanged: str) -> Admitted:
+        return self._admitted(b"Bearer " + exchanged.encode())
+
+
+class NeedsReview(_Pending):
+    """A local consumer's token, to be reviewed (cache key `key`) before the capabilities are known; `peer` is the
+    peering it goes to, as admitted."""
+
+    __slots__ = ("key", "peer")
+
+    def __init__(self, key: str, peer: Peer, *args) -> None:
+        super().__init__(*args)
+        self.key = key
+        self.peer = peer
+
+    def admit(self) -> Admitted:
+        return self._admitted(b"Bearer " + self.token.encode())
+
+
+Decision = Admitted | NeedsExchange | NeedsReview
+
+
+class ClientState:
+    """What admission keeps of one client connection. Per request, what labels its metrics and answer: `peer`,
+    `capabilities`, and `close` (the client asked to close after it). Across requests, what the last
+    Authorization header came to: a client sends the same one every time, so its hash and capabilities label are
+    computed once per connection and token, not per request."""
+
+    __slots__ = ("peer", "capabilities", "close", "_auth", "_token_hash", "_verified", "_verified_caps")
+
+    def __init__(self) -> None:
+        self.peer = "-"
+        self.capabilities = "-"
+        self.close = False
+        self._auth = b""
+        self._token_hash = b""
+        self._verified: VerifiedToken | None = None
+        self._verified_caps = "-"
+
+    def begin(self) -> None:
+        self.peer, self.capabilities, self.close = "-", "-", False
+
+
+# ----- the entrance -----------------------------------------------------------------------------------------------
+def entrance_peer(state: GatewayState, fingerprint: str | None) -> Peer:
+    """The live peer the client certificate belongs to, or PeerUnknown (and the connection is closed)."""
+    peer = state.registry.by_fingerprint.get(fingerprint) if fingerprint is not None else None
+    if peer is None:
+        raise Refusal(403, reasons.PEER_UNKNOWN, "this client certificate belongs to no live peering of this "
+                      "cluster; if the ClusterPeer was deleted, create the peering again")
+    return peer
+
+
+def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | None, method: bytes, target: bytes,
+                   fields: Fields, length: int | None = None, chunked: bool = False) -> Admitted | NeedsExchange:
+    """Admit a request of a peer's consumer to this cluster's API server, or raise the Refusal of the first rule
+    it fails. `target` is the origin-form target as sent; `length`/`chunked` describe a body."""
+    client.begin()
+    registry = state.registry
+    peer = entrance_peer(state, fingerprint)
+    client.peer = peer.name
+    forward, auth, client.close = screen_request(fields)
+    limits = state.limits
+    _check_body(length, limits.max_body_bytes)
+    if auth is not None and auth == client._auth:
+        token_hash, token = client._token_hash, ""  # the same header as this connection's last request
+    else:
+        token = bearer(auth.decode("latin-1") if auth is not None else None, limits.max_token_bytes)
+        token_hash = hashlib.sha256(token.encode()).digest()
+        client._auth = b""
+    now = time.time()
+    tokens = state.tokens
+    verified = tokens.get(token_hash)
+    if verified is None or verified.peer != peer.name:
+        token = token or bearer(auth.decode("latin-1"), limits.max_token_bytes)  # type: ignore[union-attr]
+        verified = tokens.verify(token, token_hash, peer, registry, now=now, skew=limits.token_skew,
+                                 max_bytes=limits.max_token_bytes)
+    elif verified.expires + limits.token_skew <= now:
+        tokens.forget(token_hash)
+        raise Refusal(401, reasons.TOKEN_EXPIRED, "the token has expired; read the projected token file again")
+    if auth is not None:
+        client._auth, client._token_hash = auth, token_hash
+    if verified is not client._verified:  # the capabilities label, joined once per token, not per request
+        client._verified, client._verified_caps = verified, ",".join(sorted(verified.capabilities))
+    client.capabilities = client._verified_caps
+    watch = b"watch" in target and is_watch(target)
+    upstream_target = state.api_prefix + target
+    exchanged = state.exchange.cached(peer.connector_id, token_hash)
+    if exchanged is not None:
+        state.exchange_hits.inc()
+        head = request_head(method, upstream_target, state.api_authority, forward, b"Bearer " + exchanged.encode(),
+                            length, chunked)
+        return Admitted(head, watch)
+    token = token or bearer(auth.decode("latin-1"), limits.max_token_bytes)  # type: ignore[union-attr]
+    not_after = time.monotonic() + (verified.expires - now)
+    return NeedsExchange(peer.connector_id, watch, token_hash, token, not_after, method, upstream_target,
+                         state.api_authority, forward, length, chunked)
+
+
+def admit_peer_call(state: GatewayState, client: ClientState, fingerprint: str | None, method: str, target: str
+                    ) -> tuple[Peer, str]:
+    """A call of the peer protocol (`target` under /peering/v1/): the calling peer and the operation."""
+    client.begin()
+    peer = entrance_peer(state, fingerprint)
+    client.peer = peer.name
+    op = target[len(PEER_PREFIX):].split("?", 1)[0]
+    expected = PEER_OPS.get(op)
+    if expected is None:
+        raise Refusal(404, reasons.UNKNOWN_OPERATION, f"{PEER_PREFIX}{op[:40]} is not a peering operation; this "
+                      f"gateway serves {', '.join(sorted(PEER_OPS))}")
+    if method != expected:
+        raise Refusal(405, reasons.METHOD_NOT_ALLOWED, f"{PEER_PREFIX}{op} takes {expected}")
+    return peer, op
+
+
+# ----- the egress -------------------------------------------------------------------------------------------------
+def egress_peer(state: GatewayState, target: bytes) -> tuple[Peer, bytes]:
+    """The peer an egress target names (/peers/<clusterpeer>/<path>) and the path on its API server."""
+    if not target.startswith(_EGRESS_PREFIX):
+        raise Refusal(404, reasons.NOT_FOUND, f"the egress serves {EGRESS_PREFIX}<clusterpeer>/<Kubernetes API path>")
+    name, _, rest = target[len(_EGRESS_PREFIX):].partition(b"/")
+    peer = state.registry.peers.get(name.decode("latin-1"))
+    if peer is None:
+        raise Refusal(404, reasons.PEER_NOT_FOUND, f"no live ClusterPeer named {name.decode('latin-1')[:63]!r}; "
+                      "check `kubectl get clusterpeers` and status.access.endpoint")
+    if not peer.entrance or not peer.peer_ca_pem or not peer.client_cert_pem or not peer.client_key_pem:
+        raise Refusal(503, reasons.PEER_NOT_CONNECTED, f"the peering {peer.name} has no credentials toward the "
+                      "peer yet; wait until its phase is Active")
+    return peer, b"/" + rest
+
+
+def admit_egress(state: GatewayState, client: ClientState, method: bytes, target: bytes, fields: Fields,
+                 length: int | None = None, chunked: bool = False) -> NeedsReview:
+    """Admit a local consumer's request to a peer's API (through its entrance) up to the TokenReview, or raise
+    the Refusal of the first rule it fails."""
+    client.begin()
+    peer, path = egress_peer(state, target)
+    client.peer = peer.name
+    forward, auth, client.close = screen_request(fields)
+    limits = state.limits
+    _check_body(length, limits.max_body_bytes)
+    token = bearer(auth.decode("latin-1") if auth is not None else None, limits.max_token_bytes)
+    if not peer.effective:
+        raise Refusal(403, reasons.NO_EFFECTIVE_CAPABILITY, f"no capability is effective for peering {peer.name}; "
+                      "open one in spec.capabilities on both clusters")
+    ttl = limits.token_review_ttl
+    exp = unverified_expiry(token)
+    # A review is reused for its TTL, never past the token's own expiry.
+    not_after = time.monotonic() + min(ttl, (exp - time.time()) if exp else ttl)
+    key = f"{peer.name}/{state.registry.generation}"
+    return NeedsReview(key, peer, is_watch(path), hashlib.sha256(token.encode()).digest(), token, not_after, method, path,
+                       peer.entrance.encode(), forward, length, chunked)  # type: ignore[union-attr]
+
+
+# ----- both -------------------------------------------------------------------------------------------------------
+async def complete(state: GatewayState, client: ClientState, decision: Decision) -> Admitted:
+    """The Admitted of a decision, after the exchange or review it waits for (through the state's caches, which
+    share one call among concurrent requests of one token); the Refusal of that step otherwise."""
+    if isinstance(decision, Admitted):
+        return decision
+    if isinstance(decision, NeedsExchange):
+        exchanged = await state.exchange.get(decision.connector, decision.token_hash, decision.token,
+                                             not_after=decision.not_after)
+        return decision.admit(exchanged)
+    # The review answers the granted capabilities, joined by commas (tokenreview.TokenReviewer).
+    client.capabilities = await state.reviews.get(decision.key, decision.token_hash, decision.token,
+                                                  not_after=decision.not_after) or "-"
+    return decision.admit()
+
+
+def upstream_refusal(err: UpstreamError) -> Refusal:
+    """What a failed upstream (kube-apiserver, or a peer's entrance for the egress) means to the client."""
+    if err.kind == "connect":
+        return Refusal(503, reasons.UPSTREAM_UNAVAILABLE, f"the upstream API server cannot be reached "
+                       f"({err.detail}); retry later")
+    return Refusal(502, reasons.UPSTREAM_FAILED, f"the upstream API server failed the request ({err.detail}); retry")
+
+
+def closes_connection(refusal: Refusal) -> bool:
+    """Refusals after which the client's connection is closed: a revoked peer has nothing more to send, and after a
+    refused upgrade the client may already be sending the upgraded protocol."""
+    return refusal.reason in (reasons.PEER_UNKNOWN, reasons.UPGRADE_REFUSED)
+
+
+def is_watch(target: bytes) -> bool:
+    query = target.partition(b"?")[2]
+    if b"watch" not in query:
+        return False
+    for part in query.split(b"&"):
+        name, _, value = part.partition(b"=")
+        if name == b"watch" and value.lower() in (b"1", b"true", b"t", b"yes"):
+            return True
+    return False
+
+
+def _check_body(length: int | None, limit: int) -> None:
+    if length is not None and length > limit:
+        raise Refusal(413, reasons.REQUEST_ENTITY_TOO_LARGE, f"the request body is larger than {limit} bytes")
