@@ -18,6 +18,7 @@ from typing import Callable
 from contract.names import (CA_SECRET, EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET, MANAGED_BY, MANAGED_BY_SELECTOR,
                             MANAGED_BY_VALUE)
 from control import pki
+from control.clock import SYSTEM, Clock
 from control.kube import SECRETS, KubeSession
 from control.workqueue import Result, Watch
 
@@ -116,9 +117,7 @@ class CertificatesReconciler:
     name = "certificates"
 
     def __init__(self, kube: KubeSession, *, namespace: str, public_domain_template: str,
-                 cluster_name: Callable[[], str],
-                 clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc),
-                 ) -> None:
+                 cluster_name: Callable[[], str], clock: Clock = SYSTEM) -> None:
         self.kube = kube
         self.namespace = namespace
         self.template = public_domain_template
@@ -137,7 +136,7 @@ class CertificatesReconciler:
         # cache, and the CA must never be replaced because of a stale or filtered view.
         current = {name: await self.kube.get_or_none(SECRETS, name, self.namespace)
                    for name in (CA_SECRET, ENTRANCE_TLS_SECRET, EGRESS_TLS_SECRET)}
-        now = self.clock()
+        now = self.clock.now()
         ca_secret = current[CA_SECRET]
         p = plan(ca_secret=ca_secret, entrance_secret=current[ENTRANCE_TLS_SECRET],
                  egress_secret=current[EGRESS_TLS_SECRET], public_domain_template=self.template,

@@ -13,14 +13,12 @@ import datetime
 import json
 import logging
 import os
-import pathlib
 import signal
 import sys
-import tomllib
-from importlib import metadata
 from typing import Sequence
 
 from control.config import ControlSettings, DexSettings, KubeSettings, LeaseSettings, ListenSettings, Settings
+from control.version import version
 
 log = logging.getLogger("peering.control.cli")
 
@@ -63,19 +61,6 @@ def configure_logging(level: str) -> None:
     root.setLevel(level.upper())
     # aiohttp's access log would log paths with queries; the gateway writes its own access log.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-
-
-def version() -> str:
-    """The installed package's version, or pyproject's when running from a source tree."""
-    try:
-        return metadata.version("deckhouse-peering")
-    except metadata.PackageNotFoundError:
-        pass
-    pyproject = pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml"
-    try:
-        return tomllib.loads(pyproject.read_text())["project"]["version"]
-    except (OSError, KeyError, tomllib.TOMLDecodeError):
-        return "0+unknown"
 
 
 def _env(name: str, default: str | None = None) -> str | None:

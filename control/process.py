@@ -1,5 +1,6 @@
-"""The `peering run` process: one API session, the shared informers, the registry feed, the gateway, the Lease
-and the reconcilers, started in that order and stopped in the reverse one.
+"""The `peering run` process (the composition root): one API session, the shared informers, the registry feed,
+the gateway, the Lease and the reconcilers, started in that order and stopped in the reverse one. Nothing imports
+this module but the CLI: the parts it composes get a `control.context.Context`.
 
 Where later parts plug in:
 - reconcilers: add a factory `fn(ctx: Context) -> Reconciler` to `RECONCILERS` (see `control.workqueue` for how a
@@ -11,136 +12,41 @@ Where later parts plug in:
 from __future__ import annotations
 
 import asyncio
-import base64
-import dataclasses
 import json
 import logging
 import os
 import tempfile
-from typing import Awaitable, Callable, Sequence
+from typing import Callable, Sequence
 
 import prometheus_client
 
-from contract import reasons
-from contract.names import CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE
 from gateway.config import GatewayConfig
-from gateway.protocol import JoinCall, PeerCall
-from contract.paths import PEER_OPS
-from contract.errors import Refusal
 from gateway.resolve import OverrideResolver
 
-from control.bootstrap import CertificatesReconciler
-from control.config import DexSettings, Settings
-from control.feed import Feed, Sink, cluster_uuid_from
-from control.kube import CLUSTERPEERS, CONFIGMAPS, SECRETS, KubeSession
-from control.lease import LeaderElector
-from control.informers import Informers
-from control.watch import ObjectPoller
-from control.workqueue import Controller, Reconciler
 from control import reconcilers
+from control.bootstrap import CertificatesReconciler
+from control.clock import SYSTEM, Clock
+from control.config import Settings
+from control.context import Context
+from control.dex_credentials import DexClientCredentials
+from control.feed import Feed, Sink
+from control.handlers.dispatch import Handlers
+from control.informers import Informers
+from control.kube import CLUSTERPEERS, KubeSession
+from control.lease import LeaderElector
+from control.workqueue import Controller, Reconciler
 
 log = logging.getLogger("peering.control.process")
-
-PeerOp = Callable[[PeerCall], Awaitable[dict]]
-JoinHandler = Callable[[JoinCall], Awaitable[dict]]
-
-
-class Handlers:
-    """The `gateway.protocol.ControlHandlers` of the process: a registry of handlers by op."""
-
-    def __init__(self) -> None:
-        self._peer_ops: dict[str, PeerOp] = {}
-        self._join: JoinHandler | None = None
-
-    def add_peer_op(self, op: str, fn: PeerOp) -> None:
-        if op not in PEER_OPS:
-            raise ValueError(f"unknown peer operation {op!r}; known: {', '.join(sorted(PEER_OPS))}")
-        if op in self._peer_ops:
-            raise ValueError(f"a handler for peer operation {op!r} is already registered")
-        self._peer_ops[op] = fn
-
-    def set_join(self, fn: JoinHandler) -> None:
-        if self._join is not None:
-            raise ValueError("a join handler is already registered")
-        self._join = fn
-
-    async def peer_call(self, call: PeerCall) -> dict:
-        fn = self._peer_ops.get(call.op)
-        if fn is None:
-            raise Refusal(503, reasons.NOT_READY, f"this cluster cannot answer /peering/v1/{call.op} yet; retry later")
-        return await fn(call)
-
-    async def join(self, call: JoinCall) -> dict:
-        if self._join is None:
-            raise Refusal(503, reasons.NOT_READY, "this cluster cannot accept joins yet; retry later")
-        return await self._join(call)
-
-
-@dataclasses.dataclass
-class Context:
-    """What a reconciler factory gets: the settings, the API session, the shared informers, the handlers."""
-
-    settings: Settings
-    kube: KubeSession
-    informers: Informers
-    handlers: Handlers
-    controller: Controller | None = None
-    exchange_failures: Callable[[], dict[str, tuple[str, str]]] = lambda: {}
-    """The gateway's last failed token exchange per Dex connector (reason, message); see Gateway."""
-
-    def enqueue(self, reconciler: str, key: str) -> None:
-        """Queue `key` for the named reconciler now (a request handler's nudge); a replica that does not lead has
-        no running queue and ignores it: the leader's own periodic pass covers it."""
-        if self.controller is None or not self.controller.leading:
-            return
-        for runner in self.controller.runners:
-            if runner.reconciler.name == reconciler:
-                runner.queue.add(key)
-
-    @property
-    def namespace(self) -> str:
-        return self.settings.kube.namespace
-
-    def cluster_uuid_informer(self) -> ObjectPoller:
-        """The shared reader of kube-system/d8-cluster-uuid (a GET poller: the process may only get it)."""
-        return self.informers.get_object(CONFIGMAPS, CLUSTER_UUID_CONFIGMAP, namespace=CLUSTER_UUID_NAMESPACE)
-
-    def cluster_uuid(self) -> str:
-        """This cluster's UUID from the cache ("" until the ConfigMap is seen)."""
-        return cluster_uuid_from(self.cluster_uuid_informer().get(CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE))
 
 
 def certificates(ctx: Context) -> Reconciler:
     return CertificatesReconciler(ctx.kube, namespace=ctx.namespace,
                                   public_domain_template=ctx.settings.public_domain_template,
-                                  cluster_name=ctx.cluster_uuid)
+                                  cluster_name=ctx.cluster_uuid, clock=ctx.clock)
 
 
 RECONCILERS: tuple[Callable[[Context], Reconciler], ...] = (certificates, *reconcilers.FACTORIES)
 """Every reconciler of the process, run on the Lease holder only."""
-
-
-class DexClient:
-    """The module's Dex client as user-authn makes it from the chart's DexClient object: the ID is derived from
-    the DexClient's name and namespace; the secret is kept current from Secret `dex-client-<name>`, key
-    `clientSecret`, and read on every exchange, so that the Secret appearing late or rotating needs no restart."""
-
-    def __init__(self, informers: Informers, namespace: str, settings: DexSettings) -> None:
-        self.name = settings.secret_name
-        self.namespace = namespace
-        self.id = settings.client_id(namespace)
-        self.informer = informers.get(SECRETS, namespace=namespace, field_selector=f"metadata.name={self.name}")
-
-    def client_id(self) -> str:
-        return self.id
-
-    def client_secret(self) -> str:
-        secret = self.informer.get(self.name, self.namespace) or {}
-        value = (secret.get("data") or {}).get("clientSecret")
-        try:
-            return base64.b64decode(value).decode() if isinstance(value, str) else ""
-        except (ValueError, UnicodeDecodeError):
-            return ""
 
 
 class Runtime:
@@ -149,14 +55,14 @@ class Runtime:
 
     def __init__(self, settings: Settings, kube: KubeSession, gateway: Sink, *,
                  handlers: Handlers | None = None,
-                 reconcilers: Sequence[Callable[[Context], Reconciler]] = RECONCILERS) -> None:
+                 reconcilers: Sequence[Callable[[Context], Reconciler]] = RECONCILERS, clock: Clock = SYSTEM) -> None:
         self.settings = settings
         self.kube = kube
         self.gateway = gateway
         self.handlers = handlers or Handlers()
         self.informers = Informers(kube, watch_timeout=settings.kube.watch_timeout,
                                    optional_recheck=settings.control.optional_api_interval)
-        self.ctx = Context(settings, kube, self.informers, self.handlers)
+        self.ctx = Context(settings, kube, self.informers, self.handlers, clock=clock)
         self.feed = Feed(self.informers, gateway, settings.kube.namespace, coalesce=settings.control.feed_coalesce)
         self.controller = Controller(self.informers, [make(self.ctx) for make in reconcilers],
                                      workers=settings.control.reconcile_workers)
@@ -237,7 +143,7 @@ def expose_control_metrics(gateway: object) -> None:
         registry.register(_Forwarded(prometheus_client.REGISTRY))
 
 
-def gateway_config(settings: Settings, kube: KubeSession, dex: DexClient) -> GatewayConfig:
+def gateway_config(settings: Settings, kube: KubeSession, dex: DexClientCredentials) -> GatewayConfig:
     """The gateway's part of the settings, with the API credentials of the process's one session."""
     creds = kube.credentials()
     listen = settings.listen
@@ -270,7 +176,7 @@ async def run_process(settings: Settings, stop: asyncio.Event) -> None:
         # The Dex client's ID is read once at start (the gateway's exchange client is built with it); its secret
         # is read from the cache on every exchange, so a rotation needs no restart.
         informers_for_dex = Informers(kube, watch_timeout=settings.kube.watch_timeout)
-        dex = DexClient(informers_for_dex, settings.kube.namespace, settings.dex)
+        dex = DexClientCredentials(informers_for_dex, settings.kube.namespace, settings.dex)
         informers_for_dex.start()
         try:
             await asyncio.wait_for(dex.informer.synced.wait(), timeout=30)

@@ -20,12 +20,12 @@ import asyncio
 import dataclasses
 import datetime
 import ssl
-import time
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from OpenSSL import SSL
 
+from control.clock import SYSTEM, Clock
 from control.rules.conditions import Cond, client_cert_condition, server_cert_condition
 
 PROBE_TIMEOUT = 5.0
@@ -164,10 +164,11 @@ def conditions_of(result: Probe, ca_pem: str, host: str, now: datetime.datetime)
 class SelfCheck:
     """The cached, single-flight probe of our entrance; `resolve(host)` maps the name like the process does."""
 
-    def __init__(self, host: str, *, resolve=None, interval: float = 60.0) -> None:
+    def __init__(self, host: str, *, resolve=None, interval: float = 60.0, clock: Clock = SYSTEM) -> None:
         self.host = host
         self.resolve = resolve
         self.interval = interval
+        self.clock = clock
         self.last: Probe | None = None
         self._at = -1e18
         self._lock = asyncio.Lock()
@@ -176,12 +177,12 @@ class SelfCheck:
         self._at = -1e18
 
     def due_in(self) -> float:
-        return max(0.0, self._at + self.interval - time.monotonic())
+        return max(0.0, self._at + self.interval - self.clock.monotonic())
 
     async def result(self) -> Probe:
         async with self._lock:
-            if self.last is None or time.monotonic() - self._at >= self.interval:
+            if self.last is None or self.clock.monotonic() - self._at >= self.interval:
                 address = self.resolve(self.host) if self.resolve is not None else None
                 self.last = await probe(self.host, 443, address)
-                self._at = time.monotonic()
+                self._at = self.clock.monotonic()
             return self.last

@@ -10,7 +10,6 @@ A repeated join by the same cluster with the same key is answered again from the
 
 from __future__ import annotations
 
-import datetime
 import logging
 from typing import TYPE_CHECKING, Callable
 
@@ -27,7 +26,7 @@ from control.rules import invite as invite_rules
 from control.rules import join as join_rules
 
 if TYPE_CHECKING:
-    from control.process import Context
+    from control.context import Context
 
 log = logging.getLogger("peering.control.join")
 
@@ -96,7 +95,7 @@ class JoinHandler:
             status = (cp or {}).get("status") or {}
             expected = (((cp or {}).get("spec") or {}).get("invite") or {}).get("expectedClusterUUID")
             decision = invite_rules.redeem(status.get("invite") if cp else None, req.token, req.cluster_uuid,
-                                           expected, datetime.datetime.now(datetime.timezone.utc),
+                                           expected, self.ctx.clock.now(),
                                            joiner_key_fingerprint=req.key_fingerprint, redeemed_by=redeemed_by)
             if not decision.ok:
                 log.info("join refused", extra={"remote": call.remote, "reason": decision.reason})
@@ -123,7 +122,7 @@ class JoinHandler:
             raise _refuse(reasons.TOKEN_USED, "the connection string is being redeemed by another join; a string is valid "
                           "for one connection, ask the inviting cluster for a new one")
         material = pki.make_key_and_csr(own_uuid)
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = self.ctx.clock.now()
         try:
             issued = pki.issue_client_cert(ca, req.csr_pem, req.cluster_uuid, now=now)
         except pki.PKIError as exc:

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from typing import TYPE_CHECKING, Callable
 
@@ -26,7 +25,7 @@ from control.rules import credentials as creds
 from control.rules import join as join_rules
 
 if TYPE_CHECKING:
-    from control.process import Context
+    from control.context import Context
 
 log = logging.getLogger("peering.control.peer")
 
@@ -129,7 +128,7 @@ class PeerHandlers:
         if not ca_values.get("tls.crt") or not ca_values.get("tls.key"):
             raise Refusal(503, reasons.NOT_READY, "the peering CA is not available; retry later")
         ca = pki.CertAndKey(ca_values["tls.crt"], ca_values["tls.key"])
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = self.ctx.clock.now()
         issued: list[str] = []
 
         def change(values: dict[str, str]) -> dict[str, str]:

@@ -12,46 +12,31 @@ from control.handlers.peer import PeerHandlers
 from control.peerclient import PeerClient
 from control.reconcilers.capability import CapabilityReconciler
 from control.reconcilers.clusterpeer import NAME as CLUSTERPEER, ClusterPeerReconciler
-from control.reconcilers.facts import Discovery
 from control.reconcilers.grants import GrantsReconciler
 from control.reconcilers.memory import Memory
 from control.selfcheck import SelfCheck
+from control.version import version
 
 if TYPE_CHECKING:
-    from control.process import Context
+    from control.context import Context
     from control.workqueue import Reconciler
-
-
-def _version() -> str:
-    from control.cli import version
-
-    return version()
-
-
-def _discovery(ctx: "Context") -> Discovery:
-    """One discovery cache for both reconcilers that need capability scopes."""
-    found = getattr(ctx, "_peering_discovery", None)
-    if found is None:
-        found = Discovery(ctx.kube)
-        setattr(ctx, "_peering_discovery", found)
-    return found
 
 
 def clusterpeers(ctx: "Context") -> "Reconciler":
     """The ClusterPeer reconciler, with the join and peer handlers registered on `ctx.handlers`."""
     control = ctx.settings.control
-    memory = Memory(sync_interval=getattr(control, "peer_sync_interval", 30.0))
+    memory = Memory(sync_interval=control.peer_sync_interval, clock=ctx.clock)
     resolve = dict(ctx.settings.resolve)
 
     def lookup(host: str) -> tuple[str, int] | None:
         target = resolve.get(host.lower().rstrip("."))
         return split_target(target) if target else None
 
-    selfcheck = SelfCheck(ctx.settings.entrance_host, resolve=lookup,
-                          interval=getattr(control, "selfcheck_interval", 60.0))
+    selfcheck = SelfCheck(ctx.settings.entrance_host, resolve=lookup, interval=control.selfcheck_interval,
+                          clock=ctx.clock)
     client = PeerClient(OverrideResolver(resolve))
     reconciler = ClusterPeerReconciler(ctx, client=client, memory=memory, selfcheck=selfcheck,
-                                       peering_version=_version(), discovery=_discovery(ctx))
+                                       peering_version=version())
 
     def pull_now(name: str) -> None:
         memory.pull_now(name)
@@ -67,7 +52,7 @@ def capabilities(ctx: "Context") -> "Reconciler":
 
 
 def grants(ctx: "Context") -> "Reconciler":
-    return GrantsReconciler(ctx, discovery=_discovery(ctx))
+    return GrantsReconciler(ctx)
 
 
 FACTORIES: tuple[Callable[["Context"], "Reconciler"], ...] = (capabilities, clusterpeers, grants)

@@ -12,7 +12,7 @@ from control.rules.conditions import ACCEPTED, Cond, set_condition
 from control.workqueue import Result, Watch
 
 if TYPE_CHECKING:
-    from control.process import Context
+    from control.context import Context
 
 
 def desired_capability_status(obj: dict, now: datetime.datetime) -> dict:
@@ -33,6 +33,7 @@ class CapabilityReconciler:
 
     def __init__(self, ctx: "Context") -> None:
         self.kube = ctx.kube
+        self.clock = ctx.clock
         self.informer = ctx.informers.get(PEERINGCAPABILITIES)
         self.watches = (Watch(PEERINGCAPABILITIES),)
 
@@ -40,7 +41,7 @@ class CapabilityReconciler:
         obj = self.informer.get(key)
         if obj is None:
             return Result()
-        status = desired_capability_status(obj, datetime.datetime.now(datetime.timezone.utc))
+        status = desired_capability_status(obj, self.clock.now())
         if status == (obj.get("status") or {}):
             return Result()
         try:

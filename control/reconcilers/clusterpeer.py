@@ -30,7 +30,7 @@ from control.kube import (CLUSTERPEERS, NAMESPACES, PEERINGCAPABILITIES, SECRETS
                           Conflict, KubeSession, NotFound)
 from control.optional import PROJECTS, TOKENEXCHANGEPROVIDERS
 from control.peerclient import Answer, PeerClient
-from control.reconcilers.facts import ISSUER_TTL, Discovery, Issuer
+from control.facts import ISSUER_TTL, Discovery, Issuer
 from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import conditions as cond
 from control.rules import credentials as creds
@@ -47,7 +47,7 @@ from control.selfcheck import SelfCheck, conditions_of
 from control.workqueue import Result, Watch, key_of
 
 if TYPE_CHECKING:
-    from control.process import Context
+    from control.context import Context
 
 log = logging.getLogger("peering.control.clusterpeer")
 
@@ -141,8 +141,9 @@ class ClusterPeerReconciler:
         self.memory = memory
         self.selfcheck = selfcheck
         self.peering_version = peering_version
-        self.discovery = discovery or Discovery(ctx.kube)
-        self.issuer = Issuer(ctx.kube, ttl=getattr(ctx.settings.control, "issuer_refresh_interval", ISSUER_TTL))
+        self.discovery = discovery or ctx.discovery
+        self.issuer = Issuer(ctx.kube, ttl=getattr(ctx.settings.control, "issuer_refresh_interval", ISSUER_TTL),
+                             clock=ctx.clock)
         inf = ctx.informers
         self.clusterpeers = inf.get(CLUSTERPEERS)
         self.secrets = inf.get(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY_SELECTOR)

@@ -18,7 +18,7 @@ from control.kube import (CLUSTERPEERS, CLUSTERROLEBINDINGS, CLUSTERROLES, NAMES
                           PROJECTPEERS, ROLEBINDINGS, ROLES, AlreadyExists, Conflict, KubeSession, NotFound)
 from control.optional import PROJECTS
 from control.reconcilers.clusterpeer import owner_names
-from control.reconcilers.facts import Discovery
+from control.facts import Discovery
 from control.rules import conditions as cond
 from control.rules import grants as grants_rules
 from control.rules import projects as project_rules
@@ -27,7 +27,7 @@ from control.rules.effective import effective_capabilities
 from control.workqueue import Result, Watch, key_of
 
 if TYPE_CHECKING:
-    from control.process import Context
+    from control.context import Context
 
 NAME = "grants"
 RBAC_KINDS = {"Role": ROLES, "RoleBinding": ROLEBINDINGS, "ClusterRole": CLUSTERROLES,
@@ -64,9 +64,9 @@ def established(cp: dict) -> bool:
 class GrantsReconciler:
     name = NAME
 
-    def __init__(self, ctx: "Context", *, discovery: Discovery, projects_resource=PROJECTS) -> None:
+    def __init__(self, ctx: "Context", *, discovery: Discovery | None = None, projects_resource=PROJECTS) -> None:
         self.kube: KubeSession = ctx.kube
-        self.discovery = discovery
+        self.discovery = discovery or ctx.discovery
         inf = ctx.informers
         self.clusterpeers = inf.get(CLUSTERPEERS)
         self.capabilities = inf.get(PEERINGCAPABILITIES)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import time
+
+from control.clock import SYSTEM, Clock
 
 
 @dataclasses.dataclass
@@ -34,9 +35,10 @@ class PeerMemory:
 class Memory:
     """PeerMemory by ClusterPeer name, and the sync interval with jitter."""
 
-    def __init__(self, sync_interval: float = 30.0, jitter: float = 0.2) -> None:
+    def __init__(self, sync_interval: float = 30.0, jitter: float = 0.2, clock: Clock = SYSTEM) -> None:
         self.sync_interval = sync_interval
         self.jitter = jitter
+        self.clock = clock
         self._peers: dict[str, PeerMemory] = {}
 
     def get(self, name: str) -> PeerMemory:
@@ -51,7 +53,7 @@ class Memory:
     def next_pull(self) -> float:
         """A jittered moment for the next periodic pull, so that many peers do not pull in step."""
         spread = self.sync_interval * self.jitter
-        return time.monotonic() + self.sync_interval + random.uniform(-spread, spread)
+        return self.clock.monotonic() + self.sync_interval + random.uniform(-spread, spread)
 
     def retry_after(self, failures: int) -> float:
         """Backoff for a failed pull or join: fast at first, never slower than the sync interval."""
@@ -66,7 +68,7 @@ class Memory:
             delay = self.retry_after(mem.notify_failures)
             mem.notify_failures += 1
             if delay < self.sync_interval:
-                mem.notify_at = time.monotonic() + delay
+                mem.notify_at = self.clock.monotonic() + delay
                 return
         mem.notified_offer, mem.notify_failures, mem.notify_at = offer, 0, 0.0
 

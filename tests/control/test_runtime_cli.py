@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from control import cli
-from control.process import Handlers, write_ports_file
+from control.handlers.dispatch import Handlers
+from control.process import write_ports_file
 from gateway.protocol import JoinCall, PeerCall
 from contract.errors import Refusal
 from gateway.registry import Peer

@@ -9,7 +9,7 @@ import asyncio
 from control import kube as k
 from control.informers import Informers
 from control.optional import PROJECTS, TOKENEXCHANGEPROVIDERS, served_version
-from control.reconcilers.facts import Discovery
+from control.facts import Discovery
 from control.workqueue import Controller, Result, Watch
 from tests.control.conftest import eventually, start_api
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
+from control.clock import SYSTEM, Clock
 from control.kube import ApiError, KubeSession
 
 DISCOVERY_TTL = 300.0
@@ -23,9 +23,10 @@ _KNOWN_CLUSTER_SCOPED = {("", "namespaces"), ("", "nodes"), ("", "persistentvolu
 class Discovery:
     """`namespaced(group, resource)` for capability scopes: True, False, or None when discovery does not know it."""
 
-    def __init__(self, kube: KubeSession, *, ttl: float = DISCOVERY_TTL) -> None:
+    def __init__(self, kube: KubeSession, *, ttl: float = DISCOVERY_TTL, clock: Clock = SYSTEM) -> None:
         self.kube = kube
         self.ttl = ttl
+        self.clock = clock
         self._table: dict[tuple[str, str], bool] = {}
         self._read_at = -1e18
         self._lock = asyncio.Lock()
@@ -36,7 +37,7 @@ class Discovery:
         """Read discovery again when the table is older than `ttl`. One failing group (an aggregated API whose
         backend answers 503, say) keeps what was known of that group and spoils nothing else."""
         async with self._lock:
-            if time.monotonic() - self._read_at < self.ttl:
+            if self.clock.monotonic() - self._read_at < self.ttl:
                 return
             try:
                 core = await self.kube.request("GET", "/api/v1")
@@ -64,7 +65,7 @@ class Discovery:
             self.failed_groups = failed
             self._table = table
             # A failing group is asked again sooner than the rest.
-            self._read_at = time.monotonic() - (max(0.0, self.ttl - FAILED_GROUP_RETRY) if failed else 0.0)
+            self._read_at = self.clock.monotonic() - (max(0.0, self.ttl - FAILED_GROUP_RETRY) if failed else 0.0)
 
     def namespaced(self, group: str, resource: str) -> bool | None:
         key = (group, resource.split("/", 1)[0])
@@ -78,9 +79,10 @@ class Discovery:
 class Issuer:
     """The issuer URL and JWKS (as a canonical JSON string) of this cluster's ServiceAccount tokens."""
 
-    def __init__(self, kube: KubeSession, *, ttl: float = ISSUER_TTL) -> None:
+    def __init__(self, kube: KubeSession, *, ttl: float = ISSUER_TTL, clock: Clock = SYSTEM) -> None:
         self.kube = kube
         self.ttl = ttl
+        self.clock = clock
         self.url = ""
         self.jwks = ""
         self._read_at = -1e18
@@ -88,7 +90,7 @@ class Issuer:
 
     async def refresh(self) -> tuple[str, str]:
         async with self._lock:
-            if time.monotonic() - self._read_at >= self.ttl:
+            if self.clock.monotonic() - self._read_at >= self.ttl:
                 try:
                     config = await self.kube.request("GET", "/.well-known/openid-configuration")
                     keys = await self.kube.request("GET", "/openid/v1/jwks")
@@ -98,5 +100,5 @@ class Issuer:
                 url = config.get("issuer") if isinstance(config.get("issuer"), str) else ""
                 jwks = json.dumps(keys, sort_keys=True, separators=(",", ":")) if keys.get("keys") else ""
                 self.url, self.jwks = url, jwks
-                self._read_at = time.monotonic()
+                self._read_at = self.clock.monotonic()
             return self.url, self.jwks

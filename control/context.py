@@ -1,0 +1,66 @@
+"""What every reconciler and request handler of the process is given: the settings, the one API session, the
+shared informers, the handler registry, the clock, and the discovery cache they share.
+
+It is built by `control.process.Runtime` (the composition root) and imports nothing of the reconcilers or the
+handlers, so that they may all import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import TYPE_CHECKING, Callable
+
+from contract.names import CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE
+from control.clock import SYSTEM, Clock
+from control.config import Settings
+from control.facts import Discovery
+from control.feed import cluster_uuid_from
+from control.handlers.dispatch import Handlers
+from control.informers import Informers
+from control.kube import CONFIGMAPS, KubeSession
+from control.watch import ObjectPoller
+
+if TYPE_CHECKING:
+    from control.workqueue import Controller
+
+
+@dataclasses.dataclass
+class Context:
+    """What a reconciler factory gets: the settings, the API session, the shared informers, the handlers."""
+
+    settings: Settings
+    kube: KubeSession
+    informers: Informers
+    handlers: Handlers
+    controller: "Controller | None" = None
+    exchange_failures: Callable[[], dict[str, tuple[str, str]]] = lambda: {}
+    """The gateway's last failed token exchange per Dex connector (reason, message); see Gateway."""
+    clock: Clock = SYSTEM
+    """Where every reconciler reads the time (a test gives a fake one)."""
+
+    def enqueue(self, reconciler: str, key: str) -> None:
+        """Queue `key` for the named reconciler now (a request handler's nudge); a replica that does not lead has
+        no running queue and ignores it: the leader's own periodic pass covers it."""
+        if self.controller is None or not self.controller.leading:
+            return
+        for runner in self.controller.runners:
+            if runner.reconciler.name == reconciler:
+                runner.queue.add(key)
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.kube.namespace
+
+    @functools.cached_property
+    def discovery(self) -> Discovery:
+        """One discovery cache (resource scopes) for every reconciler that needs it."""
+        return Discovery(self.kube, clock=self.clock)
+
+    def cluster_uuid_informer(self) -> ObjectPoller:
+        """The shared reader of kube-system/d8-cluster-uuid (a GET poller: the process may only get it)."""
+        return self.informers.get_object(CONFIGMAPS, CLUSTER_UUID_CONFIGMAP, namespace=CLUSTER_UUID_NAMESPACE)
+
+    def cluster_uuid(self) -> str:
+        """This cluster's UUID from the cache ("" until the ConfigMap is seen)."""
+        return cluster_uuid_from(self.cluster_uuid_informer().get(CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE))

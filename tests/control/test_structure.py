@@ -1,0 +1,109 @@
+"""The shape of control/: no import circles, counting imports inside functions and under TYPE_CHECKING."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "control"
+
+
+def _modules(package: pathlib.Path) -> dict[str, pathlib.Path]:
+    out = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules(PACKAGE)
+
+
+def _imports(module: str, path: pathlib.Path) -> set[str]:
+    """Every module of the package that `module` imports anywhere in its text: at the top, inside functions, under
+    `if TYPE_CHECKING:`. `from a.b import c` names the module a.b.c when there is one, else a.b."""
+    tree = ast.parse(path.read_text(), str(path))
+    here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(here[:len(here) - node.level + 1] + ([node.module] if node.module else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return {name for name in found if name in MODULES and name != module}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each as a sorted list."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return out
+
+
+def _path(graph: dict[str, set[str]], component: list[str]) -> str:
+    """One circle through the component, for the failure message."""
+    start = component[0]
+    members = set(component)
+    trail, seen = [start], {start}
+    while True:
+        nxt = next((n for n in sorted(graph[trail[-1]]) if n in members and (n == start or n not in seen)), None)
+        if nxt is None or nxt == start:
+            return " -> ".join(trail + [start])
+        trail.append(nxt)
+        seen.add(nxt)
+
+
+def test_the_walk_sees_lazy_and_type_only_imports():
+    graph = {name: _imports(name, path) for name, path in MODULES.items()}
+    # control.cli imports control.process inside a function; the handlers import the Context type-only.
+    assert "control.process" in graph["control.cli"]
+    assert "control.context" in graph["control.handlers.join"]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_circles_in_control():
+    graph = {name: _imports(name, path) for name, path in MODULES.items()}
+    circles = [_path(graph, c) for c in _cycles(graph)]
+    assert circles == [], "import circles in control/:\n" + "\n".join(circles)
+
+
+def test_the_reconcilers_package_neither_patches_the_context_nor_imports_the_cli():
+    text = (PACKAGE / "reconcilers" / "__init__.py").read_text()
+    assert "setattr(" not in text
+    assert "control.cli" not in _imports("control.reconcilers", PACKAGE / "reconcilers" / "__init__.py")
+    assert "control.process" not in _imports("control.reconcilers", PACKAGE / "reconcilers" / "__init__.py")
