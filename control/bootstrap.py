@@ -18,6 +18,7 @@ from typing import Callable
 from contract.names import (CA_SECRET, EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET, MANAGED_BY, MANAGED_BY_SELECTOR,
                             MANAGED_BY_VALUE)
 from control import pki
+from control.apply import create_or_update
 from control.clock import SYSTEM, Clock
 from control.kube import SECRETS, KubeSession
 from control.workqueue import Result, Watch
@@ -156,15 +157,6 @@ class CertificatesReconciler:
         return Result(requeue_after=delay)
 
     async def _write(self, name: str, desired: dict, current: dict | None) -> None:
-        if current is None:
-            # Created meanwhile by another writer: AlreadyExists (a Conflict) fails this pass and the retry reads it.
-            await self.kube.create(SECRETS, desired, self.namespace)
-            return
-        updated = dict(current)
-        updated["metadata"] = {**(current.get("metadata") or {}),
-                               "labels": {**((current.get("metadata") or {}).get("labels") or {}),
-                                          MANAGED_BY: MANAGED_BY_VALUE}}
-        updated["type"] = current.get("type") or desired["type"]
-        updated["data"] = desired["data"]
-        # resourceVersion from what we read: a concurrent writer makes this a 409 and the key is retried.
-        await self.kube.update(SECRETS, updated)
+        # The type of a Secret someone else created stays (the API refuses to change it); a concurrent writer
+        # makes this a 409 (AlreadyExists for a create) and the key is retried after reading again.
+        await create_or_update(self.kube, SECRETS, desired, current=current)

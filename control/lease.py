@@ -19,6 +19,7 @@ import time
 from typing import Awaitable, Callable
 
 from contract.names import MANAGED_BY, MANAGED_BY_VALUE
+from control.apply import create_or_update
 from control.config import LeaseSettings
 from control.kube import LEASES, Conflict, KubeSession
 
@@ -157,20 +158,17 @@ class LeaderElector:
             now = time.monotonic()
             if lease is None:
                 self._obs = None
-                spec = desired_spec(None, self.identity, self.settings.duration, self._wall(), None)
-                self._lease = await self.kube.create(LEASES, {
-                    "metadata": {"name": name, "namespace": ns,
-                                 "labels": {MANAGED_BY: MANAGED_BY_VALUE}},
-                    "spec": spec})
-                self._obs = observe(self._lease, None, now)
-                return "held"
-            self._obs = observe(lease, self._obs, now)
-            if not may_take(self._obs, self.identity, now):
-                return "other"
-            updated = dict(lease)
-            updated["spec"] = desired_spec(self._obs, self.identity, self.settings.duration, self._wall(),
-                                           lease.get("spec"))
-            self._lease = await self.kube.update(LEASES, updated)
+            else:
+                self._obs = observe(lease, self._obs, now)
+                if not may_take(self._obs, self.identity, now):
+                    return "other"
+            spec = desired_spec(self._obs, self.identity, self.settings.duration, self._wall(),
+                                (lease or {}).get("spec"))
+            # Created, or written with the resourceVersion just read: of two candidates exactly one wins.
+            applied = await create_or_update(self.kube, LEASES, {
+                "metadata": {"name": name, "namespace": ns, "labels": {MANAGED_BY: MANAGED_BY_VALUE}},
+                "spec": spec}, current=lease)
+            self._lease = applied.obj
             self._obs = observe(self._lease, self._obs, time.monotonic())
             return "held"
         except asyncio.CancelledError:

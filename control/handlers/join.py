@@ -19,7 +19,8 @@ from gateway.protocol import JoinCall
 from contract.errors import Refusal
 
 from control import pki
-from control.kube import CLUSTERPEERS, SECRETS, AlreadyExists, Conflict, NotFound
+from control.apply import READ, create_or_update
+from control.kube import CLUSTERPEERS, SECRETS, Conflict, NotFound
 from control.rules import offer as offer_rules
 from control.rules import credentials as creds
 from control.rules import invite as invite_rules
@@ -132,15 +133,11 @@ class JoinHandler:
             "peer-ca.crt": req.ca_pem, "client.key": material.key_pem, "issued.crt": issued,
             "peer-uuid": req.cluster_uuid, "peer-entrance": req.entrance})
         try:
-            await self.kube.create(SECRETS, obj)
-        except AlreadyExists:
-            # A Secret from an earlier, unfinished exchange of this ClusterPeer: the redemption just won replaces it.
-            current = await self.kube.get(SECRETS, obj["metadata"]["name"], self.namespace)
-            obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            try:
-                await self.kube.update(SECRETS, obj)
-            except (Conflict, NotFound):
-                raise _not_ready("the credentials could not be stored; join again") from None
+            # A Secret left by an earlier, unfinished exchange of this ClusterPeer is replaced by the redemption
+            # just won.
+            await create_or_update(self.kube, SECRETS, obj, current=READ)
+        except (Conflict, NotFound):
+            raise _not_ready("the credentials could not be stored; join again") from None
         log.info("join accepted", extra={"clusterpeer": name, "peer": req.cluster_uuid})
         if self.on_joined is not None:
             self.on_joined(name)

@@ -20,6 +20,7 @@ from gateway.protocol import PeerCall
 from contract.errors import Refusal
 
 from control import pki
+from control.apply import DELETING, create_or_update
 from control.kube import CLUSTERPEERS, SECRETS, ApiError, Conflict, NotFound
 from control.rules import credentials as creds
 from control.rules import join as join_rules
@@ -88,13 +89,15 @@ class PeerHandlers:
             if new is None:
                 return values
             obj = creds.peer_secret(cp, self.namespace, {k: v for k, v in new.items() if k in creds.KEYS})
-            obj["metadata"]["resourceVersion"] = secret["metadata"]["resourceVersion"]
             try:
-                await self.kube.update(SECRETS, obj)
+                # Written with the resourceVersion just read: a concurrent change makes us read again.
+                applied = await create_or_update(self.kube, SECRETS, obj, current=secret)
             except Conflict:
                 continue
             except NotFound:
                 raise Refusal(403, reasons.PEER_UNKNOWN, "this peering no longer exists here") from None
+            if applied.op == DELETING:
+                raise Refusal(403, reasons.PEER_UNKNOWN, "this peering no longer exists here")
             return new
         raise Refusal(409, reasons.CONFLICT, "the credentials changed meanwhile; retry")
 
