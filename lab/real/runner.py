@@ -221,9 +221,11 @@ class RealControlPlane:
         return kubeconfig(self.name, self.url, self.ca_pem, self.tls_server_name, dict(user))
 
     def ssl_context(self, cert: certs.CertKey | None = None) -> ssl.SSLContext:
-        """A client context trusting this API server; presenting `cert` (the admin's unless told otherwise)."""
-        ctx = certs.client_ssl_context(self.ca_pem, self.pki.admin if cert is None else cert)
-        return ctx
+        """A client context trusting this API server, presenting `cert` if given (`self.pki.admin` for the admin).
+
+        None by default, for bearer tokens: kube-apiserver authenticates a client certificate before a token, so a
+        request carrying both is the certificate's user, whatever the token says."""
+        return certs.client_ssl_context(self.ca_pem, cert)
 
     def pids(self) -> dict[str, int]:
         return {n: p.pid for n, p in self._processes.items() if p.exited() is None}
@@ -247,10 +249,12 @@ class RealControlPlane:
             t0 = time.monotonic()
             if self.resolve:
                 await self._start_proxy(deadline)
+                self.startup_seconds["proxy"] = round(time.monotonic() - t0, 2)
+            te = time.monotonic()
             await self._start_with_ports("etcd", ("etcd", "etcd-peer"), deadline, lambda: [
                 str(bins.etcd), *etcd_args(self.name, self.files, self.ports["etcd"], self.ports["etcd-peer"])],
                 self._etcd_ready)
-            self.startup_seconds["etcd"] = round(time.monotonic() - t0, 2)
+            self.startup_seconds["etcd"] = round(time.monotonic() - te, 2)
             t1 = time.monotonic()
             await self._start_with_ports("kube-apiserver", ("apiserver",), deadline, lambda: [
                 str(bins.kube_apiserver), *apiserver_args(self.files, self.ports["apiserver"], self.ports["etcd"],
@@ -368,7 +372,7 @@ class RealControlPlane:
         return await self._get_ok(f"https://127.0.0.1:{self.ports['etcd']}/health", self._etcd_client_context())
 
     async def _apiserver_ready(self) -> bool:
-        return await self._get_ok(f"{self.url}/readyz", self.ssl_context())
+        return await self._get_ok(f"{self.url}/readyz", self.ssl_context(self.pki.admin))
 
     async def _kcm_ready(self) -> bool:
         ctx = certs.client_ssl_context(self._internal_ca.cert_pem)
@@ -423,10 +427,15 @@ class RealControlPlane:
     # --- the API, for seeding ---
 
     @contextlib.asynccontextmanager
-    async def session(self, cert: certs.CertKey | None = None):
-        """An aiohttp session to this API server as the admin (or `cert`); paths are relative to `url`."""
-        connector = aiohttp.TCPConnector(ssl=self.ssl_context(cert))
-        async with aiohttp.ClientSession(base_url=self.url, connector=connector,
+    async def session(self, cert: certs.CertKey | None = None, *, token: str | None = None):
+        """An aiohttp session to this API server; paths are relative to `url`. As the admin by default, as the
+        user of client certificate `cert`, or with bearer `token` and no certificate at all."""
+        if token is not None and cert is not None:
+            raise ValueError("give a client certificate or a token, not both: kube-apiserver would take the "
+                             "certificate's user")
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        connector = aiohttp.TCPConnector(ssl=self.ssl_context(None if token is not None else cert or self.pki.admin))
+        async with aiohttp.ClientSession(base_url=self.url, connector=connector, headers=headers,
                                          timeout=aiohttp.ClientTimeout(total=30)) as s:
             yield s
 

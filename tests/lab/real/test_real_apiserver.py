@@ -206,6 +206,29 @@ async def test_token_request_issues_tokens_of_the_shared_issuer(plane):
             assert status["user"]["username"] == "system:serviceaccount:tokens:robot"
 
 
+async def test_a_client_certificate_wins_over_a_bearer_token(plane):
+    await plane.apply([
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tokens"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot", "namespace": "tokens"}},
+    ])
+    token = await plane.service_account_token("tokens", "robot", seconds=600)
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+
+    async def user(session):
+        async with session.post("/apis/authentication.k8s.io/v1/selfsubjectreviews", json=review) as r:
+            return (await r.json())["status"]["userInfo"]["username"]
+    async with plane.session(token=token) as s:
+        assert await user(s) == "system:serviceaccount:tokens:robot"
+    # The same token beside the admin's certificate is not looked at: the request is the admin's.
+    connector = aiohttp.TCPConnector(ssl=plane.ssl_context(plane.pki.admin))
+    async with aiohttp.ClientSession(base_url=plane.url, connector=connector,
+                                     headers={"Authorization": f"Bearer {token}"}) as s:
+        assert await user(s) == "admin"
+    with pytest.raises(ValueError, match="a client certificate or a token, not both"):
+        async with plane.session(plane.pki.admin, token=token):
+            pass
+
+
 async def test_a_token_request_for_a_missing_service_account_is_a_clear_error(plane):
     with pytest.raises(ApplyError, match=r"TokenRequest for tokens/ghost refused \(404\)"):
         await plane.service_account_token("tokens", "ghost")
