@@ -23,6 +23,7 @@ class Accounting:
         self._config = config  # read on every request: config.access_log may be switched while serving
         # Metric children looked up once: labels() takes a lock and builds a tuple on every call.
         self.in_flight = {n: metrics.in_flight.labels(n) for n in ("entrance", "egress")}
+        self.entrance_in_flight = self.in_flight["entrance"]
         self._latency = {n: metrics.latency.labels(n) for n in LISTENERS}
         self._counters: dict[tuple, Counter] = {}
 

@@ -168,7 +168,7 @@ class EntranceProtocol(asyncio.Protocol):
         self.code = 0
         self.retried = False
         self.watch = False
-        state.accounting.in_flight["entrance"].inc()
+        state.accounting.entrance_in_flight.inc()
         client = self.client
         try:
             decision = admit_entrance(state, client, self.peering_fp, request.method, request.target, request.fields)
@@ -282,6 +282,6 @@ class EntranceProtocol(asyncio.Protocol):
 
     def _finish(self, code: int) -> None:
         accounting = self.state.accounting
-        accounting.in_flight["entrance"].dec()
+        accounting.entrance_in_flight.dec()
         accounting.finish("entrance", self.client.peer, self.client.capabilities, self.method.decode(),
                           self.path.split(b"?", 1)[0].decode("latin-1"), code, self.start)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from gateway.headers import response_fields
+from gateway.headers import connection_tokens, response_drop, response_fields
 
 _REQUEST_LINE = re.compile(rb"(GET|HEAD|DELETE|OPTIONS) (/[\x21-\x7e]*) HTTP/1\.1")
 # A header field as RFC 9110 has it: a token name, a value of visible characters, spaces and tabs (no obs-fold).
@@ -142,18 +142,24 @@ class FramingError(ValueError):
 class ResponseHead:
     """An upstream's response head. `status` is the status line after the version ("200 OK"); `framing` one of
     LENGTH, CHUNKED, UNTIL_CLOSE or NO_BODY; `length` the Content-Length (None without one); `keep_alive`
-    whether the upstream allows another request on the connection."""
+    whether the upstream allows another request on the connection; `named` the options of its Connection
+    fields."""
 
-    __slots__ = ("code", "status", "fields", "framing", "length", "keep_alive")
+    __slots__ = ("code", "status", "fields", "framing", "length", "keep_alive", "named")
 
     def __init__(self, code: int, status: bytes, fields: Fields, framing: str, length: int | None,
-                 keep_alive: bool) -> None:
+                 keep_alive: bool, named: set[bytes] | None) -> None:
         self.code = code
         self.status = status
         self.fields = fields
         self.framing = framing
         self.length = length
         self.keep_alive = keep_alive
+        self.named = named
+
+    def kept_fields(self) -> Fields:
+        """The fields to pass back to the client (headers.response_fields)."""
+        return response_fields(self.fields, self.named)
 
     @property
     def reason(self) -> str:
@@ -193,6 +199,10 @@ class EndOfMessage:
         return f"EndOfMessage(reuse={self.reuse})"
 
 
+# The two ends there are, made once: the framer hands these out rather than a new object per answer.
+_END = {True: EndOfMessage(True), False: EndOfMessage(False)}
+
+
 def parse_response_head(head: bytes, head_only: bool) -> ResponseHead:
     """The response head in `head` (without its final CRLF CRLF) of an answer to a request that was HEAD or not.
     Raises FramingError when the answer cannot be relayed safely."""
@@ -211,10 +221,13 @@ def parse_response_head(head: bytes, head_only: bool) -> ResponseHead:
     keep_alive = m.group(1) == b"1"
     length: int | None = None
     coded = False
+    named: set[bytes] | None = None
     for name, value in fields:
         low = name.lower()
         if low == b"connection":
-            if b"close" in {t.strip().lower() for t in value.split(b",")}:
+            tokens = connection_tokens(value)
+            named = tokens if named is None else named | tokens
+            if b"close" in tokens:
                 keep_alive = False
         elif low == b"content-length":
             if not value.isdigit() or (length is not None and int(value) != length):
@@ -236,15 +249,17 @@ def parse_response_head(head: bytes, head_only: bool) -> ResponseHead:
         framing = LENGTH
     else:
         framing, keep_alive = UNTIL_CLOSE, False
-    return ResponseHead(code, line[9:], fields, framing, length, keep_alive)
+    return ResponseHead(code, line[9:], fields, framing, length, keep_alive, named)
 
 
 def relay_head(head: ResponseHead) -> bytes:
     """The head to send the client for `head`: hop-by-hop fields dropped (headers.response_fields), the framing
     restated as the body will be relayed."""
     out = [b"HTTP/1.1 ", head.status, b"\r\n"]
-    for name, value in response_fields(head.fields):
-        out += (name, b": ", value, b"\r\n")
+    drop = response_drop(head.named)  # headers.response_fields, in the same pass that writes the head
+    for name, value in head.fields:
+        if name.lower() not in drop:
+            out += (name, b": ", value, b"\r\n")
     framing = head.framing
     if framing == LENGTH:
         out.append(b"Content-Length: %d\r\n" % head.length)
@@ -298,12 +313,13 @@ class ResponseFramer:
         return _HEAD <= self.state < _DONE
 
     def feed(self, data: bytes) -> list:
+        if not data:
+            return []
         state = self.state
         if state == _IDLE or state == _DONE:
-            if data:
-                raise FramingError("bytes nobody asked for")
-            return []
-        self.started = self.started or bool(data)
+            raise FramingError("bytes nobody asked for")
+        if not self.started:
+            self.started = True
         events: list = []
         if state == _HEAD:
             buf = self.head + data if self.head else data
@@ -360,7 +376,7 @@ class ResponseFramer:
                 self.reuse = False
         elif data:
             self.reuse = False  # bytes after an answer without a body
-        events.append(EndOfMessage(self.reuse))
+        events.append(_END[self.reuse])
         return events
 
     def feed_eof(self) -> list:
@@ -368,7 +384,7 @@ class ResponseFramer:
         state = self.state
         if state == _UNTIL_CLOSE:
             self.state = _DONE
-            return [EndOfMessage(False)]
+            return [_END[False]]
         if state == _HEAD and not self.started:
             raise FramingError("the upstream closed the connection before answering")
         if _HEAD <= state < _DONE:

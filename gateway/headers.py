@@ -101,18 +101,28 @@ def request_head(method: bytes, target: bytes, host: bytes, headers: list[tuple[
     return b"".join(parts)
 
 
-def response_fields(fields: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The upstream's response fields to pass back: hop-by-hop ones (and those its Connection names) are the
-    gateway's own business. Both paths restate the framing themselves."""
+def connection_tokens(value: bytes) -> set[bytes]:
+    """The options of a Connection field, lowercased: `close`, and the names of fields that are hop-by-hop."""
+    return {t.strip().lower() for t in value.split(b",")}
+
+
+def response_drop(named: set[bytes] | None) -> frozenset[bytes]:
+    """The names of the response fields never passed back: hop-by-hop ones, and those its Connection fields name
+    (`named`); the framing is restated by whoever relays the answer."""
+    return HOP_BY_HOP | named if named else HOP_BY_HOP
+
+
+def response_fields(fields: Iterable[tuple[bytes, bytes]], named: set[bytes] | None = None
+                    ) -> list[tuple[bytes, bytes]]:
+    """The upstream's response fields to pass back (`response_drop`); `named` are the options of its Connection
+    fields when the caller has read them already."""
     items = fields if isinstance(fields, list) else list(fields)
-    named: set[bytes] | None = None
-    for name, value in items:
-        if name.lower() == b"connection":
-            tokens = {t.strip().lower() for t in value.split(b",")}
-            named = tokens if named is None else named | tokens
     if named is None:
-        return [(n, v) for n, v in items if n.lower() not in HOP_BY_HOP]
-    return [(n, v) for n, v in items if (low := n.lower()) not in HOP_BY_HOP and low not in named]
+        for name, value in items:
+            if name.lower() == b"connection":
+                named = connection_tokens(value) if named is None else named | connection_tokens(value)
+    drop = response_drop(named)
+    return [(n, v) for n, v in items if n.lower() not in drop]
 
 
 def bearer(value: str | None, max_bytes: int) -> str:

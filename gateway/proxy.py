@@ -12,7 +12,6 @@ from contract import reasons
 from contract.errors import Refusal
 from gateway.admission import Admitted, upstream_refusal
 from gateway.framing import LENGTH, ResponseHead
-from gateway.headers import response_fields
 from gateway.state import GatewayState
 from gateway.upstream import BodyStream, UpstreamError, UpstreamPool
 
@@ -36,7 +35,7 @@ async def forward(state: GatewayState, request: web.BaseRequest, listener: str, 
     result: list[web.StreamResponse] = []
 
     async def relay(head: ResponseHead, payload: BodyStream) -> None:
-        headers = [(_text(n), _text(v)) for n, v in response_fields(head.fields)]
+        headers = [(_text(n), _text(v)) for n, v in head.kept_fields()]
         if head.framing == LENGTH and head.length is not None and head.length <= SMALL_BODY:
             # Most API answers are small: one write of head and body, one TLS record, no chunk loop.
             data = await payload.read()

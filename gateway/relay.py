@@ -78,9 +78,10 @@ class Relay(PooledIdle, asyncio.Protocol):
         out = b""
         done = None
         for event in events:
-            if isinstance(event, Data):
+            kind = type(event)
+            if kind is Data:
                 out = out + event.data if out else event.data
-            elif isinstance(event, ResponseHead):
+            elif kind is ResponseHead:
                 owner.response_started(event)
                 out = relay_head(event)
             else:
