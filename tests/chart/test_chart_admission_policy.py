@@ -18,12 +18,7 @@ from module_values import objects, values
 from lab.real import RealControlPlane
 from lab.real import build as builder
 
-# On lab/real's kube-apiserver v1.37.2 the policy is stored but no refusal came within 30 s in the first run;
-# why (policy type checking, the admission plugin set, or the sync delay) is not found yet, so the module is
-# skipped with that reason rather than left failing. Remove the skip once a run shows the refusals.
-pytestmark = [pytest.mark.slow, pytest.mark.skip(
-    reason="VAP NOT VERIFIED: the real kube-apiserver did not enforce d8-peering-rbac-bounds within 30 s; "
-           "see the comment at the top of tests/chart/test_chart_admission_policy.py")]
+pytestmark = pytest.mark.slow
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 GRANT_LABELS = {"app.kubernetes.io/managed-by": "peering", "peering.deckhouse.io/clusterpeer": "cluster-b"}
 PEER_USER = {"kind": "User", "apiGroup": "rbac.authorization.k8s.io",
