@@ -1,0 +1,94 @@
+"""The shape of gateway/ (issue 13): no import circles (lazy and type-only imports count), no file over 450 lines,
+no module that nothing uses, and the raw path's protocols reaching into no other object's private members."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "gateway"
+MODULES = {f"gateway.{p.stem}": p for p in sorted(PACKAGE.glob("*.py")) if p.stem != "__init__"}
+
+
+def imports_of(path: pathlib.Path) -> set[str]:
+    """Every gateway module `path` imports anywhere: at the top, inside functions, under TYPE_CHECKING."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("gateway."))
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            if node.module == "gateway":
+                found.update(f"gateway.{a.name}" for a in node.names)
+            elif node.module.startswith("gateway."):
+                found.add(node.module)
+    return found & set(MODULES)
+
+
+GRAPH = {name: imports_of(path) for name, path in MODULES.items()}
+
+
+def test_the_walker_sees_lazy_and_type_only_imports(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gateway.server import Gateway\n"
+                      "def f():\n    import gateway.workers\n    from gateway import worker as w\n")
+    assert imports_of(sample) == {"gateway.server", "gateway.workers", "gateway.worker"}
+
+
+def test_no_import_circles_in_the_gateway():
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for dep in sorted(GRAPH[module]):
+            if state.get(dep) == 1:
+                cycles.append(path[path.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module)
+    assert cycles == [], "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_workers_compose_the_data_plane_and_never_the_process_gateway():
+    assert "gateway.server" not in GRAPH["gateway.workers"] | GRAPH["gateway.worker"]
+    assert "gateway.dataplane" in GRAPH["gateway.worker"]
+    # The protocols and handlers get the state object, never the Gateway.
+    for module in ("gateway.entrance", "gateway.relay", "gateway.listeners", "gateway.proxy", "gateway.admission",
+                   "gateway.dataplane", "gateway.state"):
+        assert "gateway.server" not in GRAPH[module], module
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_gateway_file_is_over_450_lines(name):
+    lines = MODULES[name].read_text().count("\n")
+    assert lines <= 450, f"{MODULES[name].relative_to(ROOT)} has {lines} lines; split it by job"
+
+
+def test_every_gateway_module_is_used_by_product_code():
+    used = set().union(*GRAPH.values())
+    outside = set()
+    for path in [*ROOT.glob("control/**/*.py"), *ROOT.glob("lab/**/*.py")]:
+        outside |= imports_of(path)
+    unused = sorted(set(MODULES) - used - outside)
+    assert unused == [], f"modules nothing imports: {unused}"
+
+
+@pytest.mark.parametrize("name", ["gateway.entrance", "gateway.relay", "gateway.listeners", "gateway.proxy"])
+def test_the_request_paths_touch_no_private_member_of_another_object(name):
+    offending = []
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value
+            if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                offending.append(f"line {node.lineno}: {ast.unparse(node)}")
+    assert offending == []
