@@ -85,15 +85,16 @@ def plan(*, ca_secret: dict | None, entrance_secret: dict | None, egress_secret:
         why.append(f"{CA_SECRET}: {'missing' if ca_secret is None else 'unusable'}")
     issued: dict[str, pki.CertAndKey | None] = {}
     recheck: list[datetime.datetime] = []
-    targets = {"entrance": (entrance_secret, [pki.entrance_host(public_domain_template)]),
-               "egress": (egress_secret, list(pki.EGRESS_HOSTS))}
-    for name, (secret, hosts) in targets.items():
+    targets = {"entrance": (entrance_secret, [pki.entrance_host(public_domain_template)],
+                            lambda: pki.issue_entrance_cert(ca, public_domain_template, now=now)),
+               "egress": (egress_secret, list(pki.EGRESS_HOSTS), lambda: pki.issue_egress_cert(ca, now=now))}
+    for name, (secret, hosts, issue) in targets.items():
         reason = _server_due(secret, ca.cert_pem, hosts, now)
         if reason is None:
             issued[name] = None
             recheck.append(pki.renewal_time(_pem(secret, "tls.crt")))
             continue
-        material = pki.issue_server_cert(ca, hosts, now=now)
+        material = issue()
         issued[name] = material
         recheck.append(pki.renewal_time(material.cert_pem))
         why.append(f"{name}: {reason}")

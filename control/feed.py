@@ -39,7 +39,7 @@ class Sink(Protocol):
 
 
 @dataclasses.dataclass(frozen=True)
-class Certificates:
+class ServingMaterial:
     """The gateway's serving material as the TLS Secrets hold it (PEM bytes)."""
 
     entrance_cert_pem: bytes
@@ -49,7 +49,7 @@ class Certificates:
     egress_key_pem: bytes
 
     def __repr__(self) -> str:  # keys never reach a log through repr
-        return "Certificates(<hidden>)"
+        return "ServingMaterial(<hidden>)"
 
 
 def _data(secret: dict | None, key: str) -> bytes:
@@ -76,13 +76,13 @@ def build_registry(*, configmap: dict | None, clusterpeers: list[dict], secrets:
                                  peer_secrets=peer_secrets, capabilities=capabilities, generation=generation)
 
 
-def certificates_from(secrets: dict[str, dict]) -> Certificates | None:
+def certificates_from(secrets: dict[str, dict]) -> ServingMaterial | None:
     """The gateway's certificates from the TLS Secrets by name, or None while any part is missing (pure).
 
     The CA the gateway trusts for client certificates is the one in `peering-ca`; the server Secrets' own
     `ca.crt` may lag behind a CA rotation for a moment and is not used."""
     entrance, egress, ca = (secrets.get(n) for n in (ENTRANCE_TLS_SECRET, EGRESS_TLS_SECRET, CA_SECRET))
-    certs = Certificates(_data(entrance, "tls.crt"), _data(entrance, "tls.key"), _data(ca, "tls.crt"),
+    certs = ServingMaterial(_data(entrance, "tls.crt"), _data(entrance, "tls.key"), _data(ca, "tls.crt"),
                          _data(egress, "tls.crt"), _data(egress, "tls.key"))
     if not all(dataclasses.astuple(certs)):
         return None
@@ -106,7 +106,7 @@ class Feed:
             self.clusterpeers, self.secrets, self.capabilities, self.cluster_uuid)
         self.generation = 0
         self.registry: Registry = Registry.empty()
-        self.certificates: Certificates | None = None
+        self.certificates: ServingMaterial | None = None
         self.ready = asyncio.Event()
         self._dirty = asyncio.Event()
         self._unsubscribe: list = []

@@ -89,10 +89,7 @@ class JoinHandler:
             if name is None:
                 cp = secret = None
             values = creds.secret_values(secret)
-            redeemed_by = None
-            if values.get("issued.crt") and values.get("peer-uuid"):
-                redeemed_by = invite_rules.Redeemer(values["peer-uuid"],
-                                                    pki.public_key_fingerprint(_first_cert(values["issued.crt"])))
+            redeemed_by = creds.redeemer(values)
             status = (cp or {}).get("status") or {}
             expected = (((cp or {}).get("spec") or {}).get("invite") or {}).get("expectedClusterUUID")
             decision = invite_rules.redeem(status.get("invite") if cp else None, req.token, req.cluster_uuid,

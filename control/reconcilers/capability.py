@@ -1,5 +1,5 @@
 """The PeeringCapability reconciler: the Accepted condition (reason chosen by `rules.capabilities.validate`) with
-observedGeneration, written only when it changes."""
+observedGeneration (`rules.status.capability_status`), written only when it changes."""
 
 from __future__ import annotations
 
@@ -8,28 +8,25 @@ from typing import TYPE_CHECKING
 
 from control.kube import PEERINGCAPABILITIES, Conflict, NotFound
 from control.rules import capabilities as cap_rules
-from control.rules.conditions import ACCEPTED, Cond, set_condition
+from control.rules.conditions import Cond
+from control.rules.status import capability_status
 from control.workqueue import Result, Watch
 
 if TYPE_CHECKING:
     from control.context import Context
 
+NAME = "peeringcapability"
+
 
 def desired_capability_status(obj: dict, now: datetime.datetime) -> dict:
     """status of a PeeringCapability: Accepted from its spec, with the generation it was computed for (pure)."""
     verdict = cap_rules.validate(obj.get("spec"))
-    generation = (obj.get("metadata") or {}).get("generation")
-    status = dict(obj.get("status") or {})
-    status["conditions"] = set_condition(status.get("conditions"), ACCEPTED,
-                                         Cond(verdict.status, verdict.reason, verdict.message),
-                                         generation=generation, now=now)
-    if generation is not None:
-        status["observedGeneration"] = generation
-    return status
+    return capability_status(obj.get("status"), generation=(obj.get("metadata") or {}).get("generation"), now=now,
+                             accepted=Cond(verdict.status, verdict.reason, verdict.message))
 
 
 class CapabilityReconciler:
-    name = "peeringcapability"
+    name = NAME
 
     def __init__(self, ctx: "Context") -> None:
         self.kube = ctx.kube

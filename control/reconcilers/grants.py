@@ -1,9 +1,9 @@
 """The grants reconciler: what follows from a ClusterPeer's status for the objects of this cluster, kept apart
 from the ClusterPeer pass so that hundreds of Roles never delay a pull or a status.
 
-For an established peering (phase Active with the peer's offer in status.peer): Roles and RoleBindings in every
-namespace of every paired project and ClusterRoles and ClusterRoleBindings per effective capability
-(`rules.grants`), and one ProjectPeer per pair (`rules.projects`), PeerUnreachable while the ClusterPeer's Ready
+For an established peering (phase Active with the peer's offer in status.peer), what `rules.entitlements` derives
+from it: Roles and RoleBindings in every namespace of every paired project and ClusterRoles and
+ClusterRoleBindings per effective capability, and one ProjectPeer per pair (`rules.projects`), PeerUnreachable while the ClusterPeer's Ready
 says the peer cannot be reached. Everything else (not established, or phase Error) has none; objects of a deleted
 ClusterPeer go by garbage collection. Only differences are written, with bounded concurrency.
 """
@@ -14,16 +14,16 @@ import asyncio
 from typing import TYPE_CHECKING, Iterable
 
 from contract.names import MANAGED_BY_SELECTOR
+from control.facts import Discovery
 from control.kube import (CLUSTERPEERS, CLUSTERROLEBINDINGS, CLUSTERROLES, NAMESPACES, PEERINGCAPABILITIES,
                           PROJECTPEERS, ROLEBINDINGS, ROLES, AlreadyExists, Conflict, KubeSession, NotFound)
 from control.optional import PROJECTS
-from control.reconcilers.clusterpeer import owner_names
-from control.facts import Discovery
 from control.rules import conditions as cond
 from control.rules import grants as grants_rules
 from control.rules import projects as project_rules
-from control.rules.capabilities import LocalCapability, local_capability
-from control.rules.effective import effective_capabilities
+from control.rules.capabilities import validated_capabilities
+from control.rules.entitlements import NONE, entitlements
+from control.rules.ownership import owner_names
 from control.workqueue import Result, Watch, key_of
 
 if TYPE_CHECKING:
@@ -91,33 +91,26 @@ class GrantsReconciler:
     def _owner_keys(self, event: str, obj: dict) -> Iterable[str]:
         return owner_names(obj)
 
-    def _local_capabilities(self) -> dict[str, LocalCapability]:
-        return {c.name: c for c in (local_capability(o, self.discovery.namespaced) for o in self.capabilities.items())
-                if c.name}
-
     async def reconcile(self, key: str) -> Result:
         cp = self.clusterpeers.get(key)
         if cp is None or (cp.get("metadata") or {}).get("deletionTimestamp"):
             return Result()  # garbage collection removes what it owned
         await self.discovery.refresh()
-        grants, project_peers = grants_rules.Grants(), []
+        derived, project_peers = NONE, []
         if established(cp):
             status = cp["status"]
             peer = status["peer"]
-            local = self._local_capabilities()
-            local_projects = project_rules.local_projects(self.projects.items(), self.namespaces.items())
-            opened = [c for c in (cp.get("spec") or {}).get("capabilities") or [] if isinstance(c, str)]
-            eff = effective_capabilities(opened, peer.get("capabilities"), local)
-            pairs = project_rules.pair_projects(local_projects, peer.get("projects"))
-            grants = grants_rules.desired_grants(cp, peer["clusterUUID"], eff.effective, local,
-                                                 project_rules.paired_namespaces(pairs))
+            derived = entitlements(
+                cp, peer_uuid=peer["clusterUUID"], peer=peer,
+                local_capabilities=validated_capabilities(self.capabilities.items(), self.discovery.namespaced),
+                local_projects=project_rules.local_projects(self.projects.items(), self.namespaces.items()))
             ready = cond.get_condition(status.get("conditions"), cond.READY) or {}
             unreachable = ready.get("reason") in UNREACHABLE_REASONS
             project_peers = project_rules.desired_project_peers(
-                cp, peer["clusterUUID"], pairs, eff.effective, reachable=not unreachable,
+                cp, peer["clusterUUID"], derived.pairs, derived.effective.effective, reachable=not unreachable,
                 reason=str(ready.get("reason") or "") if unreachable else "",
                 message=str(ready.get("message") or "") if unreachable else "")
-        await self._apply_grants(key, grants.objects)
+        await self._apply_grants(key, derived.grants.objects)
         await self._apply_project_peers(key, project_peers)
         return Result()
 

@@ -250,8 +250,9 @@ def scope(rules: Iterable[dict], namespaced: Namespaced) -> set[str]:
 
 
 @dataclass(frozen=True)
-class LocalCapability:
-    """A PeeringCapability of this cluster as the other rules need it."""
+class ValidatedCapability:
+    """A PeeringCapability of this cluster as the other rules need it: its verdict (Accepted or not), and for an
+    accepted one its scope, consumers and rules split by scope."""
 
     name: str
     version: str
@@ -279,8 +280,8 @@ def _thaw(rule: tuple) -> dict:
     return {k: list(v) for k, v in rule}
 
 
-def local_capability(obj: dict, namespaced: Namespaced) -> LocalCapability:
-    """A LocalCapability from a PeeringCapability object as the API returns it."""
+def validated_capability(obj: dict, namespaced: Namespaced) -> ValidatedCapability:
+    """A ValidatedCapability from a PeeringCapability object as the API returns it."""
     spec = obj.get("spec") or {}
     verdict = validate(spec)
     split = split_rules(spec.get("rules") or [], namespaced) if verdict.accepted else {}
@@ -291,7 +292,7 @@ def local_capability(obj: dict, namespaced: Namespaced) -> LocalCapability:
             if isinstance(c, dict) and c.get("namespace") and c.get("name")
         )
     )
-    return LocalCapability(
+    return ValidatedCapability(
         name=(obj.get("metadata") or {}).get("name", ""),
         version=str(spec.get("version") or ""),
         verdict=verdict,
@@ -299,3 +300,8 @@ def local_capability(obj: dict, namespaced: Namespaced) -> LocalCapability:
         consumers=consumers,
         rules=tuple((sc, tuple(_freeze(r) for r in rules)) for sc, rules in sorted(split.items())),
     )
+
+
+def validated_capabilities(objs: Iterable[dict], namespaced: Namespaced) -> dict[str, ValidatedCapability]:
+    """This cluster's PeeringCapabilities by name."""
+    return {c.name: c for c in (validated_capability(o, namespaced) for o in objs) if c.name}

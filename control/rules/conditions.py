@@ -258,6 +258,22 @@ PERMANENT_JOIN_REASONS = frozenset(
 SYNC_REASONS = frozenset({PEER_UNREACHABLE, PEER_REFUSED_CERTIFICATE, reasons.OFFER_INVALID, reasons.OFFER_TOO_LARGE})
 
 
+def sync_failure(status: int | None, body, *, refused_certificate: bool = False) -> tuple[str, str]:
+    """(reason, message) of a failed call to the peer's entrance (an offer pull, a credentials delivery): `status`
+    None when no HTTP answer came (then `body` says why). A refused client certificate says the peer probably
+    revoked us; its message is chosen by `readiness`."""
+    answer = body if isinstance(body, dict) else {}
+    if refused_certificate or (status in (401, 403) and answer.get("reason") == reasons.PEER_UNKNOWN):
+        return PEER_REFUSED_CERTIFICATE, ""
+    if status is None:
+        return PEER_UNREACHABLE, (f"the peer's entrance did not answer ({body}); the peering stays and the sync is "
+                                  "retried. Check that peering-gateway.<domain> of the peer is reachable from here")
+    detail = answer.get("message") if isinstance(answer.get("message"), str) else ""
+    return PEER_UNREACHABLE, (f"the peer's entrance answered HTTP {status}"
+                              + (f" ({answer.get('reason')}: {detail[:300]})" if detail else "")
+                              + "; the peering stays and the sync is retried")
+
+
 @dataclass(frozen=True)
 class PeeringState:
     """What the reconciler knows about one ClusterPeer, reduced to what Ready and the phase depend on."""
@@ -278,6 +294,8 @@ class PeeringState:
     has_peer_offer: bool = False
     #: The last sync's failure: (reason in SYNC_REASONS, message), None after a successful sync.
     sync_error: tuple[str, str] | None = None
+    #: A joiner's certificate for the inviter's key has not reached the inviter yet (/peering/v1/credentials).
+    credentials_undelivered: bool = False
     #: TokenExchangeReady as chosen by token_exchange_condition.
     token_exchange: Cond | None = None
     #: Why projects cannot pair (the Project API is not served), or None.
@@ -373,6 +391,9 @@ def _active_ready(state: PeeringState) -> Cond:
                 "ClusterPeer). If so, delete this ClusterPeer too; access stays until then"
             )
         return Cond("False", reason, message)
+    if state.credentials_undelivered:
+        return Cond("False", CREDENTIALS_PENDING, "the inviting cluster has not received our certificate for its "
+                                                  "key yet (POST /peering/v1/credentials); retrying")
     if te is not None and te.reason in (PROVIDER_REJECTED, FOREIGN_PROVIDER):
         return Cond("False", te.reason, te.message)
     if not state.has_peer_offer:

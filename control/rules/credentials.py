@@ -67,6 +67,21 @@ def credentials_state(values: dict[str, str], ca_pem: str, now: datetime) -> Cre
     return CredentialsState(progress, other_ca, renew)
 
 
+def made_with_other_ca(status: dict, ca_pem: str) -> bool:
+    """Whether the status of a ClusterPeer shows it was established with a peering CA other than `ca_pem`.
+
+    A re-enabled module has a new CA and, its namespace having been removed, no peer Secret: the status of an
+    established peering still names the CA it was made with (status.access.caBundle)."""
+    access = status.get("access")
+    old = access.get("caBundle") if isinstance(access, dict) else None
+    if not isinstance(old, str) or not old.strip():
+        return False
+    try:
+        return pki.fingerprint(old) != pki.fingerprint(ca_pem)
+    except pki.PKIError:
+        return True
+
+
 def redeemer(values: dict[str, str]):
     """Who redeemed the invite, from the Secret (peer-uuid and the key of issued.crt), or None before a join."""
     from control.rules.invite import Redeemer  # the invite rules own the type

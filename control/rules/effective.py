@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from control.rules.capabilities import LocalCapability
+from control.rules.capabilities import ValidatedCapability
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def _peer_index(peer_capabilities) -> dict[str, dict] | None:
 def effective_capabilities(
     opened: Iterable[str] | None,
     peer_capabilities: list[dict] | None,
-    local: Mapping[str, LocalCapability],
+    local: Mapping[str, ValidatedCapability],
 ) -> EffectiveResult:
     """Which of spec.capabilities are effective; `peer_capabilities` is status.peer.capabilities (None: no offer)."""
     peer = _peer_index(peer_capabilities)
@@ -81,7 +81,7 @@ def effective_capabilities(
     return EffectiveResult(tuple(effective), why)
 
 
-def offered_capabilities(opened: Iterable[str] | None, local: Mapping[str, LocalCapability]) -> list[dict]:
+def offered_capabilities(opened: Iterable[str] | None, local: Mapping[str, ValidatedCapability]) -> list[dict]:
     """The capabilities this side opens to the peer, for status.offer: opened here and Accepted here."""
     out = []
     for name in sorted(set(opened or [])):

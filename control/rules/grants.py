@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from contract.names import username_prefix
 from control.rules import ownership
-from control.rules.capabilities import LocalCapability
+from control.rules.capabilities import ValidatedCapability
 from control.rules.effective import EffectiveCapability
 
 RBAC_API_VERSION = "rbac.authorization.k8s.io/v1"
@@ -57,7 +57,7 @@ def desired_grants(
     clusterpeer: dict,
     peer_uuid: str,
     effective: Iterable[EffectiveCapability],
-    local: Mapping[str, LocalCapability],
+    local: Mapping[str, ValidatedCapability],
     paired_namespaces: Iterable[str],
 ) -> Grants:
     """Every RBAC object one ClusterPeer should have, and its status.grants."""

@@ -237,3 +237,14 @@ def offer_of_peer(peer: dict | None) -> dict | None:
     if not peer:
         return None
     return {k: peer[k] for k in ("issuer", "projects", "capabilities", "peeringVersion") if k in peer}
+
+
+#: What status.peer says besides the offer: who the peer is and where it was reached.
+PEER_IDENTITY = ("alias", "clusterUUID", "endpoint")
+
+
+def same_peer(stored: dict | None, fresh: dict) -> bool:
+    """Whether a freshly pulled status.peer says nothing the stored one did not (lastSyncTime aside): then the
+    stored one stays as it is, and a steady state writes nothing."""
+    return stored is not None and offer_of_peer(stored) == offer_of_peer(fresh) and \
+        all(stored.get(k) == fresh.get(k) for k in PEER_IDENTITY)

@@ -6,7 +6,7 @@ from contract.names import (API_VERSION as CLUSTERPEER_API_VERSION, CAPABILITY_L
                             MANAGED_BY, MANAGED_BY_VALUE, bounded_name, label_value)
 
 __all__ = ["CLUSTERPEER_API_VERSION", "CAPABILITY_LABEL", "CLUSTERPEER_LABEL", "MANAGED_BY", "MANAGED_BY_VALUE",
-           "bounded_name", "label_value", "labels", "selector", "owner_reference", "belongs_to"]
+           "bounded_name", "label_value", "labels", "selector", "owner_reference", "owner_names", "belongs_to"]
 
 
 def labels(clusterpeer: str, capability: str | None = None) -> dict[str, str]:
@@ -34,6 +34,12 @@ def owner_reference(clusterpeer: dict) -> dict:
         "controller": True,
         "blockOwnerDeletion": False,
     }
+
+
+def owner_names(obj: dict) -> list[str]:
+    """Names of the ClusterPeers owning `obj` (its ownerReferences of kind ClusterPeer)."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return [r["name"] for r in refs if isinstance(r, dict) and r.get("kind") == "ClusterPeer" and r.get("name")]
 
 
 def belongs_to(obj: dict, clusterpeer: str) -> bool:

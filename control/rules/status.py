@@ -1,13 +1,17 @@
-"""The whole ClusterPeer status computed in one place from what a reconcile observed.
+"""The whole status of a ClusterPeer, and of a PeeringCapability, computed in one place from what a reconcile
+observed.
 
-The reconciler writes it only when it differs from the stored status, so a steady state makes no write.
+The reconcilers write it only when it differs from the stored status; unchanged conditions keep their
+lastTransitionTime, so an unchanged world yields a status equal to the stored one and no write.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from control.rules.conditions import (
+    ACCEPTED,
     CLIENT_CERT_ENFORCED,
     READY,
     SERVER_CERT_OURS,
@@ -17,8 +21,17 @@ from control.rules.conditions import (
     set_condition,
 )
 
-#: status fields the rules compute; a None value leaves the stored one as it is (e.g. the previous status.peer
-#: after a refused offer), an empty value ({} or []) is written.
+
+class _Keep:
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+"""A field or condition given as KEEP stays as stored (the status of a peering made with another CA keeps its
+invite and access as the evidence); None leaves it out."""
+
+#: status fields besides phase, conditions and observedGeneration.
 FIELDS = ("invite", "offer", "peer", "effectiveCapabilities", "grants", "access", "pairedProjectsCount")
 
 
@@ -28,26 +41,37 @@ def clusterpeer_status(
     generation: int | None,
     now: datetime,
     readiness: Readiness,
-    token_exchange: Cond | None = None,
-    client_cert: Cond | None = None,
-    server_cert: Cond | None = None,
-    **fields,
+    token_exchange: Cond | None = KEEP,
+    client_cert: Cond | None = KEEP,
+    server_cert: Cond | None = KEEP,
+    invite: dict | None = KEEP,
+    offer: dict | None = KEEP,
+    peer: dict | None = KEEP,
+    effectiveCapabilities: list[str] | None = KEEP,  # noqa: N803 - named as the status field
+    grants: list[dict] | None = KEEP,
+    access: dict | None = KEEP,
+    pairedProjectsCount: int | None = KEEP,  # noqa: N803
 ) -> dict:
-    """A new status: phase, observedGeneration, the conditions (transition times kept), and the given fields."""
-    unknown = set(fields) - set(FIELDS)
-    if unknown:
-        raise TypeError(f"unknown ClusterPeer status fields: {', '.join(sorted(unknown))}")
-    out = dict(current or {})
-    for key, value in fields.items():
+    """A new status: phase and Ready from `readiness`, the other conditions, observedGeneration, and the fields.
+
+    Each field and condition is a value to write, None to leave it out, or KEEP (the default) for the stored one.
+    """
+    current = current or {}
+    given = {"invite": invite, "offer": offer, "peer": peer, "effectiveCapabilities": effectiveCapabilities,
+             "grants": grants, "access": access, "pairedProjectsCount": pairedProjectsCount}
+    out: dict = {}
+    for key in FIELDS:
+        value = current.get(key) if given[key] is KEEP else given[key]
         if value is not None:
             out[key] = value
-    conds = out.get("conditions") or []
-    conds = set_condition(conds, READY, readiness.ready, generation=generation, now=now)
+    conditions = set_condition(current.get("conditions"), READY, readiness.ready, generation=generation, now=now)
     for type_, value in ((TOKEN_EXCHANGE_READY, token_exchange), (CLIENT_CERT_ENFORCED, client_cert),
                          (SERVER_CERT_OURS, server_cert)):
-        if value is not None:
-            conds = set_condition(conds, type_, value, generation=generation, now=now)
-    out["conditions"] = conds
+        if value is None:
+            conditions = [c for c in conditions if c.get("type") != type_]
+        elif value is not KEEP:
+            conditions = set_condition(conditions, type_, value, generation=generation, now=now)
+    out["conditions"] = conditions
     out["phase"] = readiness.phase
     if generation is not None:
         out["observedGeneration"] = generation
@@ -57,7 +81,7 @@ def clusterpeer_status(
 def capability_status(current: dict | None, *, generation: int | None, now: datetime, accepted: Cond) -> dict:
     """The PeeringCapability status: its Accepted condition and observedGeneration."""
     out = dict(current or {})
-    out["conditions"] = set_condition(out.get("conditions"), "Accepted", accepted, generation=generation, now=now)
+    out["conditions"] = set_condition(out.get("conditions"), ACCEPTED, accepted, generation=generation, now=now)
     if generation is not None:
         out["observedGeneration"] = generation
     return out

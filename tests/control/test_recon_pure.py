@@ -9,9 +9,11 @@ import pytest
 
 from control.peerclient import Answer, _refused_cert
 from control.reconcilers.capability import desired_capability_status
-from control.reconcilers.clusterpeer import desired_status, owner_names, sync_failure
+from control.reconcilers.clusterpeer.sync import failure as sync_failure
 from control.reconcilers.memory import Memory
 from control.rules import conditions as cond
+from control.rules.ownership import owner_names
+from control.rules.status import KEEP, clusterpeer_status
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 T1 = T0 + datetime.timedelta(minutes=5)
@@ -44,11 +46,18 @@ def test_refused_certificate_detection(text, refused):
 
 
 def _status(cp, now, **kw):
-    args = dict(cp=cp, now=now, state=cond.PeeringState("Join", "complete", has_peer_offer=True), invite=None,
+    """The status as the ClusterPeer reconciler computes it from what a pass observed."""
+    args = dict(state=cond.PeeringState("Join", "complete", has_peer_offer=True), invite=None,
                 offer={"projects": []}, peer={"alias": "to-a"}, effective=["c"], grants=[], access=None, paired=0,
                 token_exchange=cond.Cond("True", "ProviderReady", "ok"), selfcheck=None)
     args.update(kw)
-    return desired_status(**args)
+    selfcheck = args["selfcheck"]
+    return clusterpeer_status(
+        cp.get("status"), generation=cp["metadata"].get("generation"), now=now,
+        readiness=cond.readiness(args["state"], now), token_exchange=args["token_exchange"],
+        client_cert=selfcheck[0] if selfcheck else KEEP, server_cert=selfcheck[1] if selfcheck else KEEP,
+        invite=args["invite"], offer=args["offer"], peer=args["peer"], effectiveCapabilities=args["effective"],
+        grants=args["grants"], access=args["access"], pairedProjectsCount=args["paired"])
 
 
 def test_status_is_stable_and_keeps_transition_times():
@@ -163,7 +172,7 @@ def test_grants_follow_only_an_established_peering(status, expected):
 
 def test_a_status_made_with_another_ca_is_recognised():
     from control import pki
-    from control.reconcilers.clusterpeer import made_with_other_ca
+    from control.rules.credentials import made_with_other_ca
 
     old, new = pki.create_ca("old", now=T0), pki.create_ca("new", now=T0)
     assert made_with_other_ca({"access": {"caBundle": old.cert_pem}}, new.cert_pem) is True

@@ -209,12 +209,12 @@ def test_split_never_puts_a_namespaced_resource_cluster_wide(rules):
     assert pairs_in == pairs_out  # nothing lost, nothing added
 
 
-def test_local_capability():
+def test_validated_capability():
     obj = {
         "metadata": {"name": "storage", "generation": 2},
         "spec": spec(rule(), rule(resources=["nodes"]), consumers=CONSUMERS + [{"namespace": "a", "name": "b"}]),
     }
-    lc = caps.local_capability(obj, namespaced)
+    lc = caps.validated_capability(obj, namespaced)
     assert lc.name == "storage" and lc.version == "v1" and lc.accepted
     assert lc.scope == ("cluster", "project")
     assert lc.consumers == (("a", "b"), ("d8-mod", "controller"))
@@ -224,6 +224,6 @@ def test_local_capability():
     hash(lc)  # frozen and hashable: usable in a registry snapshot
 
 
-def test_refused_local_capability_has_no_scope():
-    lc = caps.local_capability({"metadata": {"name": "x"}, "spec": spec(rule(verbs=["*"]))}, namespaced)
+def test_refused_validated_capability_has_no_scope():
+    lc = caps.validated_capability({"metadata": {"name": "x"}, "spec": spec(rule(verbs=["*"]))}, namespaced)
     assert not lc.accepted and lc.scope == () and lc.verdict.reason == "Wildcard"

@@ -189,6 +189,9 @@ TE_OK = Cond("True", "ProviderReady", "")
         (PeeringState("Invite", credentials="complete", has_peer_offer=True), "Active", "True", "PeeringReady"),
         (PeeringState("Join", credentials="complete"), "Active", "False", "AwaitingOffer"),
         (PeeringState("Join", credentials="complete", has_peer_offer=True, sync_error=("PeerUnreachable", "timeout")), "Active", "False", "PeerUnreachable"),
+        # A joiner whose certificate for the inviter's key has not arrived there; a failed sync says more.
+        (PeeringState("Join", credentials="complete", has_peer_offer=True, credentials_undelivered=True), "Active", "False", "CredentialsPending"),
+        (PeeringState("Join", credentials="complete", has_peer_offer=True, credentials_undelivered=True, sync_error=("PeerUnreachable", "x")), "Active", "False", "PeerUnreachable"),
         (PeeringState("Join", credentials="complete", has_peer_offer=True, sync_error=("PeerRefusedCertificate", "")), "Active", "False", "PeerRefusedCertificate"),
         (PeeringState("Join", credentials="complete", has_peer_offer=True, sync_error=("OfferInvalid", "x")), "Active", "False", "OfferInvalid"),
         (PeeringState("Join", credentials="complete", has_peer_offer=True, sync_error=("OfferTooLarge", "x")), "Active", "False", "OfferTooLarge"),

@@ -8,9 +8,9 @@ from control.rules import capabilities as caps
 from control.rules.effective import effective_capabilities, offered_capabilities
 
 
-def _local(name: str, version: str = "v1", accepted: bool = True, scope=("project",)) -> caps.LocalCapability:
+def _local(name: str, version: str = "v1", accepted: bool = True, scope=("project",)) -> caps.ValidatedCapability:
     verdict = caps.Verdict("True", "Accepted", "") if accepted else caps.Verdict("False", "Wildcard", "stars")
-    return caps.LocalCapability(name, version, verdict, scope if accepted else (), (("ns", "sa"),))
+    return caps.ValidatedCapability(name, version, verdict, scope if accepted else (), (("ns", "sa"),))
 
 
 LOCAL = {

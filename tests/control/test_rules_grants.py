@@ -21,7 +21,7 @@ def namespaced(group, resource):
     return {"configmaps": True, "nodes": False}.get(resource)
 
 
-def _local(name, rules, consumers=(("d8-mod", "ctl"),)) -> caps.LocalCapability:
+def _local(name, rules, consumers=(("d8-mod", "ctl"),)) -> caps.ValidatedCapability:
     obj = {
         "metadata": {"name": name},
         "spec": {
@@ -30,7 +30,7 @@ def _local(name, rules, consumers=(("d8-mod", "ctl"),)) -> caps.LocalCapability:
             "consumers": [{"namespace": ns, "name": n} for ns, n in consumers],
         },
     }
-    lc = caps.local_capability(obj, namespaced)
+    lc = caps.validated_capability(obj, namespaced)
     assert lc.accepted
     return lc
 

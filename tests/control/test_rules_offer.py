@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from jwcrypto import jwk
@@ -134,6 +134,20 @@ def test_peer_status():
     assert st["capabilities"] == o["capabilities"] and st["peeringVersion"] == "0.1.0"
     assert of.offer_of_peer(st) == o
     assert of.offer_of_peer(None) is None
+
+
+def test_a_pull_that_learnt_nothing_keeps_the_stored_peer():
+    o = good()
+    stored = of.peer_status(o, alias="b", cluster_uuid="u", endpoint="e", last_sync=NOW)
+    later = of.peer_status(o, alias="b", cluster_uuid="u", endpoint="e", last_sync=NOW + timedelta(hours=1))
+    assert of.same_peer(stored, later)
+    assert not of.same_peer(None, later)
+    assert not of.same_peer(stored, of.peer_status({**o, "peeringVersion": "0.2.0"}, alias="b", cluster_uuid="u",
+                                                   endpoint="e", last_sync=NOW))
+    assert not of.same_peer(stored, of.peer_status(o, alias="renamed", cluster_uuid="u", endpoint="e",
+                                                   last_sync=NOW))
+    assert not of.same_peer(stored, of.peer_status(o, alias="b", cluster_uuid="u", endpoint="moved:8443",
+                                                   last_sync=NOW))
 
 
 def test_a_peer_publishing_our_own_keys_is_refused_whatever_the_kid_or_issuer_url():

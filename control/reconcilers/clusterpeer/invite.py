@@ -1,0 +1,52 @@
+"""Invite: the inviting side's status.invite, a connection string issued when there is none or the unused one
+expired (`rules.invite.decide_invite`). The string is redeemed elsewhere: by the joining cluster's
+`POST /v1/join`, answered in `control/handlers/join.py`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from control import connstring, pki
+from control.reconcilers.clusterpeer.observe import MAX_REQUEUE, Observed
+from control.rules import invite as invite_rules
+from control.rules.conditions import INVALID_SPEC
+
+log = logging.getLogger("peering.control.clusterpeer")
+
+
+@dataclass(frozen=True)
+class InviteOutcome:
+    #: status.invite to write (the stored one when nothing is due).
+    invite: dict | None
+    #: A spec problem (reason, message): an unusable spec.invite.tokenTTL, or a string that cannot be encoded.
+    problem: tuple[str, str] | None = None
+    #: When to look again: the expiry of an unused string.
+    wait: float = MAX_REQUEUE
+
+
+def invite(obs: Observed, *, join_host: str, entrance_host: str, join_ca: Callable[[], str | None]) -> InviteOutcome:
+    """`join_ca()` is the CA of the join endpoint when it is private (it travels in the string), else None."""
+    current = obs.stored_invite
+    if obs.credentials.progress != "none":
+        return InviteOutcome(current)  # a joiner redeemed it: the peering exists, the invite is history
+    if obs.spec.problem is not None or obs.spec.ttl is None:
+        return InviteOutcome(current, obs.spec.problem)
+    decision = invite_rules.decide_invite(current, ttl=obs.spec.ttl, now=obs.now)
+    if decision.issue:
+        token = invite_rules.generate_token()
+        inv = connstring.Invitation(
+            cluster_uuid=obs.own_uuid, join_url=f"https://{join_host}", entrance_host=entrance_host,
+            ca_pin=pki.spki_pin(obs.ca.cert_pem), token_id=token.token_id, token_secret=token.secret,
+            expires_at=decision.expires_at, join_ca_pem=join_ca())
+        try:
+            text = connstring.encode(inv)
+        except ValueError as exc:
+            return InviteOutcome(current, (INVALID_SPEC, str(exc)))
+        current = invite_rules.invite_status(token, text, decision.expires_at)
+        log.info("connection string issued", extra={"clusterpeer": obs.key, "why": decision.why,
+                                                    "tokenID": token.token_id})
+    expires = invite_rules.parse_time(current.get("expiresAt")) if current else None
+    wait = (expires - obs.now).total_seconds() + 0.5 if expires and not current.get("used") else MAX_REQUEUE
+    return InviteOutcome(current, None, max(0.5, wait))

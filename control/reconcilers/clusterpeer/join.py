@@ -1,0 +1,113 @@
+"""Join: the joining side redeems the inviter's connection string with `POST /v1/join` and stores what the answer
+brings (the inviter's CA, the certificate it issued for our key, the one we issue for its key).
+
+The key is stored before the request leaves the cluster, so a repeated join presents the same key and the inviter
+answers it again. A refusal the administrator must fix (`conditions.PERMANENT_JOIN_REASONS`) is not retried until
+the spec changes; any other failure is retried with a backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from control import pki
+from control.clock import Clock
+from control.kube import KubeSession
+from control.peerclient import PeerClient
+from control.reconcilers.clusterpeer.observe import MAX_REQUEUE, Observed
+from control.reconcilers.clusterpeer.secret import write_peer_secret
+from control.reconcilers.memory import Memory, PeerMemory
+from control.rules import conditions as cond
+from control.rules import join as join_rules
+from control.rules import offer as offer_rules
+
+log = logging.getLogger("peering.control.clusterpeer")
+
+
+@dataclass(frozen=True)
+class JoinOutcome:
+    #: The peer Secret's values after this phase.
+    values: dict[str, str]
+    #: status.peer from the join answer, when this pass joined.
+    peer: dict | None = None
+    #: A spec problem found before any call (a connection string that cannot be used).
+    problem: tuple[str, str] | None = None
+    #: When to look again (a retry after a transient failure, or at once after the join).
+    wait: float = MAX_REQUEUE
+    #: A write met a concurrent one: stop this pass and run it again soon, on fresher caches.
+    requeue: bool = False
+
+
+class Joiner:
+    def __init__(self, kube: KubeSession, client: PeerClient, memory: Memory, clock: Clock, *, namespace: str,
+                 entrance_host: str) -> None:
+        self.kube = kube
+        self.client = client
+        self.memory = memory
+        self.clock = clock
+        self.namespace = namespace
+        self.entrance_host = entrance_host
+
+    async def join(self, obs: Observed, mem: PeerMemory) -> JoinOutcome:
+        values, secret = obs.values, obs.secret
+        if values.get("peer-ca.crt") and values.get("client.crt"):
+            # The answer arrived earlier; only our half is missing (a crash between the two writes).
+            return JoinOutcome(values)
+        inv = obs.spec.invitation
+        if obs.spec.problem is not None or inv is None:
+            return JoinOutcome(values, problem=obs.spec.problem)
+        generation = int(obs.generation or 0)
+        if mem.join_error is not None and mem.join_error[0] == generation and \
+                mem.join_error[1] in cond.PERMANENT_JOIN_REASONS:
+            # The inviter refused for a reason only a new connection string fixes: do not knock again.
+            return JoinOutcome(values)
+        if self.clock.monotonic() < mem.join_retry_at:
+            return JoinOutcome(values, wait=mem.join_retry_at - self.clock.monotonic())
+        if not values.get("client.key"):
+            # Keep the key before the CSR leaves the cluster, so a repeated join presents the same key.
+            material = pki.make_key_and_csr(obs.own_uuid)
+            secret = await write_peer_secret(self.kube, obs.cp, self.namespace, {"client.key": material.key_pem},
+                                             secret)
+            if secret is None:
+                return JoinOutcome(values, requeue=True)
+            values = {"client.key": material.key_pem}
+        csr = pki.csr_for_key(values["client.key"], obs.own_uuid)
+        body = join_rules.join_request(inv, cluster_uuid=obs.own_uuid, alias=obs.key, entrance=self.entrance_host,
+                                       ca_pem=obs.ca.cert_pem, csr_pem=csr, offer=obs.offer)
+        answer = await self.client.join(inv, body)
+        if not answer.ok:
+            reason, message = join_rules.join_failure(answer.status, answer.body)
+            return self._failed(obs, mem, values, generation, reason, message)
+        try:
+            checked = join_rules.check_join_answer(answer.body, inv, own_uuid=obs.own_uuid,
+                                                   own_key_fingerprint=pki.public_key_fingerprint(csr))
+            ours = offer_rules.own_keys_problem(checked.offer, obs.offer)
+            if ours is not None:
+                raise join_rules.JoinError(join_rules.INVALID_ANSWER, ours)
+            issued = pki.issue_client_cert(obs.ca, checked.csr_pem, checked.cluster_uuid, now=obs.now)
+        except join_rules.JoinError as exc:
+            return self._failed(obs, mem, values, generation, exc.reason, exc.message)
+        except pki.PKIError as exc:
+            return self._failed(obs, mem, values, generation, join_rules.INVALID_ANSWER,
+                                f"the inviting cluster's certificate request cannot be signed: {exc.message}")
+        new_values = {**values, "peer-ca.crt": checked.ca_pem, "client.crt": checked.certificate_pem,
+                      "issued.crt": issued, "peer-uuid": checked.cluster_uuid, "peer-entrance": checked.entrance}
+        if await write_peer_secret(self.kube, obs.cp, self.namespace, new_values, secret) is None:
+            return JoinOutcome(values, requeue=True)
+        mem.join_error, mem.join_failures, mem.pull_at = None, 0, self.memory.next_pull()
+        peer = offer_rules.peer_status(checked.offer, alias=checked.alias, cluster_uuid=checked.cluster_uuid,
+                                       endpoint=checked.entrance, last_sync=obs.now)
+        log.info("joined", extra={"clusterpeer": obs.key, "peer": checked.cluster_uuid})
+        # Right after the join our status (with the offer the inviter pulls once it has our certificate) is
+        # written first; the next pass, a moment later, delivers the certificate.
+        return JoinOutcome(new_values, peer=peer, wait=0.05)
+
+    def _failed(self, obs: Observed, mem: PeerMemory, values: dict[str, str], generation: int, reason: str,
+                message: str) -> JoinOutcome:
+        mem.join_error = (generation, reason, message)
+        mem.join_failures += 1
+        wait = self.memory.retry_after(mem.join_failures)
+        mem.join_retry_at = self.clock.monotonic() + wait
+        log.warning("join refused", extra={"clusterpeer": obs.key, "reason": reason})
+        return JoinOutcome(values, wait=wait)

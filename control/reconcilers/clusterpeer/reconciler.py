@@ -1,0 +1,213 @@
+"""The ClusterPeer reconciler: one level-based pass per ClusterPeer, phase by phase (see the package docstring),
+then the whole status computed in one place (`rules.status.clusterpeer_status`) from what the phases observed,
+and written only if it differs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+from contract.names import (CA_SECRET, ENTRANCE_TLS_SECRET, JOIN_TLS_SECRET, MANAGED_BY_SELECTOR, peer_secret_name,
+                            provider_name)
+from control.facts import ISSUER_TTL, Discovery, Issuer
+from control.kube import CLUSTERPEERS, NAMESPACES, PEERINGCAPABILITIES, SECRETS, Conflict, KubeSession, NotFound
+from control.optional import PROJECTS, TOKENEXCHANGEPROVIDERS
+from control.peerclient import PeerClient
+from control.reconcilers.clusterpeer import invite as invite_phase
+from control.reconcilers.clusterpeer.join import Joiner
+from control.reconcilers.clusterpeer.observe import MAX_REQUEUE, NAME, Observed, cluster_ca, observe
+from control.reconcilers.clusterpeer.provider import ProviderKeeper
+from control.reconcilers.clusterpeer.sync import SyncOutcome, Syncer
+from control.reconcilers.memory import Memory, PeerMemory
+from control.rules import conditions as cond
+from control.rules import credentials as creds
+from control.rules import projects as project_rules
+from control.rules.access import desired_access
+from control.rules.capabilities import validated_capabilities
+from control.rules.entitlements import NONE, Entitlements, entitlements
+from control.rules.ownership import owner_names
+from control.rules.spec import INVITE, JOIN
+from control.rules.status import KEEP, clusterpeer_status
+from control.selfcheck import SelfCheck, conditions_of
+from control.workqueue import Result, Watch, key_of
+
+if TYPE_CHECKING:
+    from control.context import Context
+
+
+class ClusterPeerReconciler:
+    name = NAME
+
+    def __init__(self, ctx: "Context", *, client: PeerClient, memory: Memory, selfcheck: SelfCheck | None,
+                 peering_version: str, discovery: Discovery | None = None) -> None:
+        self.ctx = ctx
+        self.kube: KubeSession = ctx.kube
+        self.namespace = ctx.namespace
+        self.settings = ctx.settings
+        self.clock = ctx.clock
+        self.client = client
+        self.memory = memory
+        self.selfcheck = selfcheck
+        self.peering_version = peering_version
+        self.discovery = discovery or ctx.discovery
+        self.issuer = Issuer(ctx.kube, ttl=getattr(ctx.settings.control, "issuer_refresh_interval", ISSUER_TTL),
+                             clock=ctx.clock)
+        inf = ctx.informers
+        self.clusterpeers = inf.get(CLUSTERPEERS)
+        self.secrets = inf.get(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY_SELECTOR)
+        self.capabilities = inf.get(PEERINGCAPABILITIES)
+        self.providers = inf.get(TOKENEXCHANGEPROVIDERS)
+        self.namespaces = inf.get(NAMESPACES)
+        self.projects = inf.get(PROJECTS)
+        join_tls = f"metadata.name={JOIN_TLS_SECRET}"
+        self.join_tls = inf.get(SECRETS, namespace=self.namespace, field_selector=join_tls)
+        self.joiner = Joiner(ctx.kube, client, memory, ctx.clock, namespace=self.namespace,
+                             entrance_host=self.settings.entrance_host)
+        self.syncer = Syncer(ctx.kube, client, memory, ctx.clock, namespace=self.namespace)
+        # Read at each pass: the runtime connects the gateway's exchange failures after building the reconcilers.
+        self.provider = ProviderKeeper(ctx.kube, self.providers, exchange_failures=lambda: ctx.exchange_failures())
+        every = self._every_key
+        self.watches = (
+            Watch(CLUSTERPEERS),
+            Watch(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY_SELECTOR, keys=self._secret_keys),
+            Watch(PEERINGCAPABILITIES, keys=every),
+            Watch(TOKENEXCHANGEPROVIDERS, keys=self._provider_keys),
+            Watch(NAMESPACES, keys=every),
+            Watch(PROJECTS, keys=every),
+            # Only read when a string is issued; watched so that the cache is synced before the first one.
+            Watch(SECRETS, namespace=self.namespace, field_selector=join_tls, keys=lambda e, o: ()),
+        )
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    # -- event to key mapping ----------------------------------------------------------------------------------
+
+    def _every_key(self, event: str, obj: dict) -> Iterable[str]:
+        return [key_of(cp) for cp in self.clusterpeers.items()]
+
+    def _secret_keys(self, event: str, obj: dict) -> Iterable[str]:
+        name = (obj.get("metadata") or {}).get("name", "")
+        if name in (CA_SECRET, ENTRANCE_TLS_SECRET):
+            if self.selfcheck is not None:
+                self.selfcheck.invalidate()
+            return self._every_key(event, obj)
+        return owner_names(obj)
+
+    def _provider_keys(self, event: str, obj: dict) -> Iterable[str]:
+        name = (obj.get("metadata") or {}).get("name", "")
+        keys = set(owner_names(obj))
+        for cp in self.clusterpeers.items():
+            if provider_name(key_of(cp)) == name:
+                keys.add(key_of(cp))
+        return keys
+
+    def _join_ca(self) -> str | None:
+        """The CA of the join endpoint's certificate when it is in the module's Secret (a private CA travels in
+        the connection string); None means the certificate is publicly trusted."""
+        values = creds.secret_values(self.join_tls.get(JOIN_TLS_SECRET, self.namespace))
+        return values.get("ca.crt") or None
+
+    # -- the pass ----------------------------------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> Result:
+        cp = self.clusterpeers.get(key)
+        if cp is None:
+            # Deleted: owned objects go by garbage collection, the registry drops the peer on its own.
+            self.memory.forget(key)
+            return Result()
+        if (cp.get("metadata") or {}).get("deletionTimestamp"):
+            return Result()
+        own_uuid = self.ctx.cluster_uuid()
+        ca = cluster_ca(self.secrets.get(CA_SECRET, self.namespace))
+        if not own_uuid or ca is None:
+            # The certificates reconciler creates the CA on first start; the UUID comes from Deckhouse.
+            return Result(requeue_after=1.0)
+        await self.discovery.refresh()
+        obs = observe(cp, now=self.clock.now(), own_uuid=own_uuid, ca=ca, issuer=await self.issuer.refresh(),
+                      peer_secret=self.secrets.get(peer_secret_name(key), self.namespace),
+                      local_capabilities=validated_capabilities(self.capabilities.items(),
+                                                                self.discovery.namespaced),
+                      local_projects=project_rules.local_projects(self.projects.items(), self.namespaces.items()),
+                      projects_absent=PROJECTS.absent_message() if self.projects.available is False else None,
+                      peering_version=self.peering_version)
+        mem = self.memory.get(key)
+        waits = [MAX_REQUEUE]
+
+        # Invite or join, while the credentials exchange is not complete.
+        values, peer, credentials = obs.values, obs.stored_peer, obs.credentials
+        invite, problem, just_joined = None, None, False
+        if obs.other_ca:
+            invite = KEEP  # nothing is attempted for a peering of the old CA; its status is the evidence
+        elif obs.spec.type == INVITE:
+            invited = invite_phase.invite(obs, join_host=self.settings.join_host,
+                                          entrance_host=self.settings.entrance_host, join_ca=self._join_ca)
+            invite, problem = invited.invite, invited.problem
+            waits.append(invited.wait)
+        elif obs.spec.type == JOIN and credentials.progress != "complete":
+            joined = await self.joiner.join(obs, mem)
+            if joined.requeue:
+                return Result(requeue=True)
+            values, problem = joined.values, joined.problem
+            waits.append(joined.wait)
+            if joined.peer is not None:
+                peer, just_joined = joined.peer, True
+            credentials = creds.credentials_state(values, obs.ca.cert_pem, obs.now)
+        elif obs.spec.type not in (INVITE, JOIN):
+            problem = obs.spec.problem
+
+        # Once established: renew, deliver, pull; then what the peering entitles to, and the provider.
+        established = credentials.progress == "complete" and not obs.other_ca
+        synced, derived, token_exchange, access = None, NONE, None, KEEP if obs.other_ca else None
+        if established:
+            synced = await self.syncer.sync(obs, mem, values, peer, just_joined=just_joined)
+            values, peer = synced.values, synced.peer
+            waits.append(synced.wait)
+            peer_uuid = (peer or {}).get("clusterUUID") or values.get("peer-uuid", "")
+            derived = entitlements(cp, peer_uuid=peer_uuid, peer=peer, local_capabilities=obs.local_capabilities,
+                                   local_projects=obs.local_projects)
+            token_exchange = await self.provider.keep(cp, peer=peer, peer_uuid=peer_uuid, own_uuid=own_uuid,
+                                                      effective=derived.capability_names)
+            access = desired_access(key, peer_uuid, obs.ca.cert_pem, derived.capability_names)
+
+        selfcheck = None
+        if self.selfcheck is not None:
+            selfcheck = conditions_of(await self.selfcheck.result(), obs.ca.cert_pem, self.selfcheck.host, obs.now)
+            waits.append(max(0.5, self.selfcheck.due_in()))
+
+        status = self._status(obs, mem, credentials=credentials.progress, problem=problem, invite=invite,
+                              peer=peer, synced=synced, derived=derived, token_exchange=token_exchange,
+                              access=access, selfcheck=selfcheck)
+        if status != obs.status:
+            try:
+                await self.kube.update_status(CLUSTERPEERS, {**cp, "status": status})
+            except Conflict:
+                return Result(requeue=True)
+            except NotFound:
+                return Result()
+        if established:
+            # The objects that follow from the status (grants, ProjectPeers) are the grants reconciler's: this
+            # pass stays short however many projects are paired.
+            wait = await self.syncer.announce(obs, mem, values)
+            if wait is not None:
+                waits.append(wait)
+        return Result(requeue_after=min(waits))
+
+    def _status(self, obs: Observed, mem: PeerMemory, *, credentials: str, problem: tuple[str, str] | None,
+                invite: dict | None, peer: dict | None, synced: SyncOutcome | None, derived: Entitlements,
+                token_exchange: cond.Cond | None, access: dict | None,
+                selfcheck: tuple[cond.Cond, cond.Cond] | None) -> dict:
+        """The status from what the pass observed: Ready and the phase (`rules.conditions.readiness`, where each
+        reason is chosen), then every field and condition (`rules.status.clusterpeer_status`)."""
+        state = cond.PeeringState(
+            type=obs.spec.type, credentials=credentials, credentials_from_other_ca=obs.other_ca,
+            spec_error=problem, invite=obs.stored_invite if invite is KEEP else invite,
+            join_error=(mem.join_error[1], mem.join_error[2]) if mem.join_error else None,
+            has_peer_offer=peer is not None, sync_error=synced.error if synced else None,
+            credentials_undelivered=synced.undelivered if synced else False, token_exchange=token_exchange,
+            projects_absent=obs.projects_absent)
+        return clusterpeer_status(
+            obs.status, generation=obs.generation, now=obs.now, readiness=cond.readiness(state, obs.now),
+            token_exchange=token_exchange, client_cert=selfcheck[0] if selfcheck else KEEP,
+            server_cert=selfcheck[1] if selfcheck else KEEP, invite=invite, offer=obs.offer, peer=peer,
+            effectiveCapabilities=derived.capability_names, grants=derived.grants.status, access=access,
+            pairedProjectsCount=derived.paired_count)

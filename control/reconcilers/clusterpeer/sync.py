@@ -1,0 +1,147 @@
+"""Sync: what an established peering does with the peer's entrance, over mTLS with the exchanged credentials.
+
+- renew our client certificate once it is due (`/peering/v1/certificate`, a CSR for the same key);
+- a joiner delivers the certificate it issued for the inviter's key (`/peering/v1/credentials`) until it arrives;
+- pull the peer's offer when due (periodic with jitter, at once after a notify, with a backoff after a failure);
+- after the status is written, announce a changed offer of ours (`/peering/v1/notify`).
+
+A failure never takes anything away: the previous status.peer stays, and the failure is remembered
+(`PeerMemory.sync_error`) for Ready until a pull succeeds. status.peer.lastSyncTime moves only when a pull learnt
+something (`rules.offer.same_peer`), so a steady state writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from control import pki
+from control.clock import Clock
+from control.kube import KubeSession
+from control.peerclient import Answer, PeerClient
+from control.reconcilers.clusterpeer.observe import Observed
+from control.reconcilers.clusterpeer.secret import write_peer_secret
+from control.reconcilers.memory import Memory, PeerMemory
+from control.rules import conditions as cond
+from control.rules import join as join_rules
+from control.rules import offer as offer_rules
+from control.rules.spec import JOIN
+
+log = logging.getLogger("peering.control.clusterpeer")
+
+
+@dataclass(frozen=True)
+class SyncOutcome:
+    #: The peer Secret's values after this phase (a renewed client certificate).
+    values: dict[str, str]
+    #: status.peer: the fresh one after a pull that learnt something, else the previous one.
+    peer: dict | None
+    #: The last failure toward the peer, (reason, message), or None after a successful pull.
+    error: tuple[str, str] | None
+    #: A joiner's certificate for the inviter's key has not reached the inviter yet.
+    undelivered: bool
+    #: When the next pull is due.
+    wait: float
+
+
+def failure(answer: Answer) -> tuple[str, str]:
+    return cond.sync_failure(answer.status, answer.body, refused_certificate=answer.refused_certificate)
+
+
+class Syncer:
+    def __init__(self, kube: KubeSession, client: PeerClient, memory: Memory, clock: Clock, *,
+                 namespace: str) -> None:
+        self.kube = kube
+        self.client = client
+        self.memory = memory
+        self.clock = clock
+        self.namespace = namespace
+
+    async def sync(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None, *,
+                   just_joined: bool) -> SyncOutcome:
+        values = await self._renew(obs, values)
+        if obs.spec.type == JOIN and mem.delivered != values.get("issued.crt") and not just_joined:
+            await self._deliver(obs, mem, values)
+        if mem.pull_at <= self.clock.monotonic() or peer is None:
+            peer = await self._pull(obs, mem, values, peer)
+        return SyncOutcome(values=values, peer=peer, error=mem.sync_error,
+                           undelivered=obs.spec.type == JOIN and mem.delivered != values.get("issued.crt"),
+                           wait=max(0.05, mem.pull_at - self.clock.monotonic()))
+
+    async def announce(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> float | None:
+        """Tell the peer our offer changed, once the status holding it is written; returns when to try again while
+        the announcement is still due, else None."""
+        if obs.offer == mem.notified_offer:
+            return None
+        if self.clock.monotonic() >= mem.notify_at:
+            answer = await self._call(values, "notify", body={})
+            self.memory.announced(mem, obs.offer, answer.ok)
+        if obs.offer != mem.notified_offer:
+            return max(0.05, mem.notify_at - self.clock.monotonic())
+        return None
+
+    async def _call(self, values: dict[str, str], op: str, body: dict | None = None) -> Answer:
+        return await self.client.call(values.get("peer-entrance", ""), op, body=body,
+                                      peer_ca_pem=values.get("peer-ca.crt", ""),
+                                      client_cert_pem=values.get("client.crt", ""),
+                                      client_key_pem=values.get("client.key", ""))
+
+    async def _deliver(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> None:
+        answer = await self._call(values, "credentials", join_rules.credentials_message(values["issued.crt"]))
+        if answer.ok:
+            mem.delivered = values["issued.crt"]
+            mem.pull_at = 0.0
+        else:
+            mem.sync_error = failure(answer)
+            log.info("credentials not delivered yet", extra={"clusterpeer": obs.key, "status": answer.status})
+
+    async def _renew(self, obs: Observed, values: dict[str, str]) -> dict[str, str]:
+        """Renew our client certificate once it is due; keep the old one on any failure."""
+        if not pki.needs_renewal(values["client.crt"], obs.now):
+            return values
+        csr = pki.csr_for_key(values["client.key"], obs.own_uuid)
+        answer = await self._call(values, "certificate", join_rules.certificate_request(csr))
+        if not answer.ok:
+            log.warning("client certificate renewal failed", extra={"clusterpeer": obs.key, "status": answer.status})
+            return values
+        try:
+            cert = join_rules.check_credentials(answer.body, own_key_fingerprint=pki.public_key_fingerprint(csr),
+                                                own_uuid=obs.own_uuid, peer_ca_pem=values["peer-ca.crt"])
+        except join_rules.JoinError as exc:
+            log.warning("renewed certificate refused", extra={"clusterpeer": obs.key, "error": exc.message})
+            return values
+        new_values = {**values, "client.crt": cert}
+        if await write_peer_secret(self.kube, obs.cp, self.namespace, new_values, obs.secret) is None:
+            return values
+        log.info("client certificate renewed", extra={"clusterpeer": obs.key})
+        return new_values
+
+    async def _pull(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None) -> dict | None:
+        """Fetch the peer's offer; the previous status.peer stays on any failure (a failed sync never revokes)."""
+        answer = await self._call(values, "offer")
+        if not answer.ok:
+            mem.sync_error = failure(answer)
+            mem.sync_failures += 1
+            mem.pull_at = self.clock.monotonic() + self.memory.retry_after(mem.sync_failures)
+            return peer
+        mem.pull_at = self.memory.next_pull()
+        try:
+            alias, offer = join_rules.parse_offer_message(answer.body)
+        except join_rules.JoinError as exc:
+            mem.sync_error = (exc.reason, exc.message)
+            return peer
+        check = offer_rules.validate_offer(offer)
+        if not check.ok:
+            mem.sync_error = (check.reason, check.message)
+            return peer
+        ours = offer_rules.own_keys_problem(offer, obs.offer)
+        if ours is not None:
+            mem.sync_error = (offer_rules.OFFER_INVALID, ours)
+            return peer
+        failed_before = mem.sync_error is not None
+        mem.sync_error, mem.sync_failures = None, 0
+        fresh = offer_rules.peer_status(offer, alias=alias, cluster_uuid=values.get("peer-uuid", ""),
+                                        endpoint=values.get("peer-entrance", ""), last_sync=obs.now)
+        if not failed_before and offer_rules.same_peer(peer, fresh):
+            return peer
+        return fresh
