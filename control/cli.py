@@ -114,6 +114,19 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="peering", description="Peering module of the Deckhouse Platform")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("version", help="print the version and exit")
+    kc = sub.add_parser("kubeconfig", help="print the kubeconfig a module's controller uses to reach a peer",
+                        description="Print the kubeconfig through which a module's controller (a consumer of the "
+                                    "capability) reaches the peer's Kubernetes API through this cluster's egress: "
+                                    "the endpoint and CA of the ClusterPeer's status.access and the file of a "
+                                    "projected ServiceAccount token with the capability's audience. Needs only "
+                                    "`get clusterpeers`.")
+    kc.add_argument("--peer", required=True, help="the ClusterPeer's name")
+    kc.add_argument("--capability", required=True, help="the PeeringCapability's name")
+    kc.add_argument("--token-file", help="where the controller's Pod has the projected token (default: where "
+                                         "--manifest mounts it)")
+    kc.add_argument("--manifest", action="store_true",
+                    help="print the ConfigMap with the kubeconfig and the Pod fragment that projects the token")
+    kc.add_argument("--kubeconfig", default=_env("kubeconfig"), help="your kubeconfig (default: $KUBECONFIG)")
     run = sub.add_parser("run", help="serve the peering gateway and run its control loop")
     listen = ListenSettings()
     run.add_argument("--kubeconfig", default=_env("kubeconfig"),
@@ -190,8 +203,32 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     await run_process(settings, stop or asyncio.Event())
 
 
+def consumer_kubeconfig(args: argparse.Namespace) -> int:
+    """`peering kubeconfig`: print the consumer's kubeconfig (or, with --manifest, what mounts it); exit 1 with
+    the reason when the peering or the capability cannot give one."""
+    from control import consumer_config as cc
+
+    try:
+        cc.check_names(args.peer, args.capability)
+        clusterpeer = asyncio.run(cc.fetch(args.kubeconfig, args.peer))
+        access = cc.access_of(clusterpeer, args.capability)
+    except cc.ConsumerConfigError as exc:
+        print(f"peering kubeconfig: {exc.message}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:  # no kubeconfig, an unreachable API server
+        print(f"peering kubeconfig: cannot read the ClusterPeer: {exc}", file=sys.stderr)
+        return 1
+    if args.manifest:
+        print(cc.render(cc.manifest(access)), end="")
+    else:
+        print(cc.render([cc.kubeconfig(access, args.token_file or cc.token_path(access))]), end="")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "kubeconfig":
+        return consumer_kubeconfig(args)
     if args.command == "version":
         print(version())
         return 0
