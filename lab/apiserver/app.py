@@ -565,6 +565,9 @@ class ApiServer:
             raise errors.ApiError(404, "NotFound", f"{info.plural} is cluster-scoped: remove /namespaces/"
                                                    f"{info.namespace} from the path")
         if info.subresource and info.subresource not in res.subresources:
+            if res.custom and info.name:
+                # kube-apiserver serves no such path for a custom resource: the object "is not found" there.
+                raise errors.not_found(res.group, res.plural, info.name)
             raise errors.ApiError(404, "NotFound", f'{info.plural} has no subresource "{info.subresource}"')
         if info.verb not in res.verbs and not info.subresource:
             raise errors.ApiError(405, "MethodNotAllowed",
@@ -660,16 +663,17 @@ class ApiServer:
             if res.has_generation and isinstance(body, dict) and not (body.get("metadata") or {}).get(
                     "resourceVersion"):
                 # Custom resources and CRDs refuse an unconditional update (AllowUnconditionalUpdate is false).
-                raise errors.invalid(res.kind, res.group, info.name, [validation.cause(
-                    "FieldValueInvalid", "metadata.resourceVersion",
-                    "Invalid value: 0x0: must be specified for an update")])
+                # kube-apiserver names the resource by its plural here, and the missing value as 0.
+                raise errors.invalid(res.plural, res.group, info.name, [validation.cause(
+                    "FieldValueInvalid", "metadata.resourceVersion", "Invalid value: 0: must be specified for an "
+                    "update")])
             obj, warnings = self.objects.update(res, body, info.namespace, info.name, info.subresource or None,
                                                 self._field_validation(query), self._dry_run(query))
             return _json_response(self._masker(res, user, attrs)(obj), 200, self._warnings_header(warnings))
         if verb == "patch":
             return await self._patch(request, res, info, user, attrs)
         if verb == "delete":
-            return await self._delete(request, res, info)
+            return await self._delete(request, res, info, user)
         if verb == "deletecollection":
             for obj in self._select(res, info, query):
                 try:
@@ -768,13 +772,22 @@ class ApiServer:
     async def _patch(self, request, res: ResourceInfo, info: RequestInfo, user: UserInfo, attrs) -> web.Response:
         ctype = request.content_type
         query = request.query
-        if ctype not in (patch.MERGE, patch.JSON_PATCH, patch.STRATEGIC, patch.APPLY_YAML):
-            raise errors.ApiError(415, "UnsupportedMediaType",
-                                  f'the patch content type "{ctype}" is not supported; use one of '
-                                  f"{patch.JSON_PATCH}, {patch.MERGE}, {patch.STRATEGIC}, {patch.APPLY_YAML}")
+        accepted = [patch.JSON_PATCH, patch.MERGE, patch.APPLY_YAML] + ([] if res.custom else [patch.STRATEGIC])
+        if ctype not in accepted:
+            # Strategic merge patch needs the Go types' patch strategies: custom resources have none. (The two
+            # answers are kube-apiserver's own: the built-ins' comes from content negotiation.)
+            if not res.custom:
+                raise errors.ApiError(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
+            raise errors.ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                                  f"accepted media types include: {', '.join(accepted)}")
         if info.subresource and info.subresource != "status":
             raise errors.ApiError(405, "MethodNotAllowed", f"patch is not supported on {info.subresource}")
-        body = await self._body(request)
+        try:
+            body = await self._body(request)
+        except errors.ApiError as exc:
+            if exc.code != 400 or ctype == patch.APPLY_YAML:
+                raise
+            raise errors.bad_request("invalid JSON patch") from None
         ns = info.namespace if res.namespaced else None
         stored = existing = self.store.get(res.key, ns, info.name)
         if existing is not None and res.storage == events.CORE_KEY:
@@ -825,10 +838,6 @@ class ApiServer:
             if not isinstance(body, dict):
                 raise errors.bad_request("a merge patch is a JSON object")
             if ctype == patch.STRATEGIC:
-                if res.custom:
-                    raise errors.ApiError(415, "UnsupportedMediaType",
-                                          "strategic merge patch is not supported for custom resources; "
-                                          "use a merge patch (--type=merge) or a JSON patch")
                 patched = patch.strategic_merge_patch(existing, body)
             else:
                 patched = patch.merge_patch(existing, body)
@@ -863,7 +872,7 @@ class ApiServer:
             self._apply_previous[slot] = patch.drop_fields(self._apply_previous[slot],
                                                            [f for f, m in found if m == other])
 
-    async def _delete(self, request, res: ResourceInfo, info: RequestInfo) -> web.Response:
+    async def _delete(self, request, res: ResourceInfo, info: RequestInfo, user: UserInfo) -> web.Response:
         options = {}
         if request.can_read_body:
             raw = await request.read()
@@ -881,12 +890,14 @@ class ApiServer:
         if deleted:
             for slot in [s for s in self._apply_previous if s[:3] == (res.key, ns or "", info.name)]:
                 del self._apply_previous[slot]
-        if deleted and not res.custom and res.key != CRD_KEY:
+        if deleted and res.key != CRD_KEY:
             meta = obj["metadata"]
             return _json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                                   "details": {"name": meta["name"], "group": res.group, "kind": res.plural,
-                                               "uid": meta.get("uid")}})
-        return _json_response(obj, 200 if deleted else 202)
+                                   "details": errors.details(meta["name"], res.group, res.plural,
+                                                             uid=meta.get("uid"))})
+        # 202 only where kube-apiserver still gives it: a deletion left pending with orphanDependents=false.
+        pending_cascade = not deleted and options.get("orphanDependents") is False
+        return _json_response(self._masker(res, user, info.attributes())(obj), 202 if pending_cascade else 200)
 
     async def _review(self, request, info: RequestInfo, res: ResourceInfo, user: UserInfo) -> web.Response:
         if request.method != "POST":

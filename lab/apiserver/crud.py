@@ -6,7 +6,7 @@ schema validation, and the per-kind rules of the built-ins (namespaces, secrets,
 from __future__ import annotations
 
 import base64
-import binascii
+import json
 import secrets
 import uuid
 from datetime import datetime, timezone
@@ -22,12 +22,74 @@ NAMESPACE_KEY = ("", "namespaces")
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
 NAMESPACE_FINALIZER = "kubernetes"
+# The namespaces that NamespaceLifecycle never lets go.
+IMMORTAL_NAMESPACES = ("default", "kube-system", "kube-public")
 _SERVER_META = ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds",
                 "selfLink")
 
 
 def now_rfc3339() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _check_base64(kind: str, data: dict) -> None:
+    """Values of Secret data and ConfigMap binaryData are base64: anything else fails the decoding of the body
+    (400), as Go's decoder says it, naming the first byte that is wrong."""
+    for value in data.values():
+        if not isinstance(value, str):
+            continue
+        offset = _base64_error_offset(value)
+        if offset is not None:
+            raise errors.bad_request(f'{kind} in version "v1" cannot be handled as a {kind}: illegal base64 data '
+                                     f"at input byte {offset}")
+
+
+_B64 = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+
+
+def _base64_error_offset(src: str) -> int | None:
+    """Where Go's base64.StdEncoding decoder stops on `src` (None: it decodes), quantum by quantum as it reads:
+    line breaks skipped, padding only where a quantum of two or three characters ends, nothing after it."""
+    si, n = 0, len(src)
+    while True:
+        j = 0
+        while j < 4:
+            if si == n:
+                return None if j == 0 else si - j
+            c = src[si]
+            si += 1
+            if c in "\r\n":
+                continue
+            if c in _B64:
+                j += 1
+                continue
+            if c != "=" or j < 2:
+                return si - 1
+            if j == 2:   # "==" expected: the first is read
+                while si < n and src[si] in "\r\n":
+                    si += 1
+                if si == n:
+                    return n
+                if src[si] != "=":
+                    return si - 1
+                si += 1
+            while si < n and src[si] in "\r\n":
+                si += 1
+            return si if si < n else None
+
+
+def _lease_rules(obj: dict) -> None:
+    """coordination.k8s.io validation of a Lease's spec, as far as a leader election writes it."""
+    spec = obj.get("spec") or {}
+    name = obj["metadata"].get("name", "")
+    causes = []
+    for f, minimum in (("leaseDurationSeconds", 1), ("leaseTransitions", 0)):
+        v = spec.get(f)
+        if isinstance(v, int) and v < minimum:
+            causes.append(validation.invalid_cause(
+                f"spec.{f}", v, "must be greater than 0" if minimum else "must be greater than or equal to 0"))
+    if causes:
+        raise errors.invalid("Lease", "coordination.k8s.io", name, causes)
 
 
 def _spec_part(info: ResourceInfo, obj: dict) -> dict:
@@ -57,9 +119,9 @@ class Objects:
                 403, "Forbidden",
                 f'{errors.resource_label(info.group, info.plural)} "{name}" is forbidden: unable to create new '
                 f"content in namespace {namespace} because it is being terminated",
-                {"name": name, "kind": info.plural, "group": info.group,
-                 "causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace",
-                             "message": f"namespace {namespace} is being terminated"}]})
+                errors.details(name, info.group, info.plural, causes=[{
+                    "reason": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated",
+                    "field": "metadata.namespace"}]))
 
     def _normalise(self, info: ResourceInfo, obj: dict, namespace: str | None) -> dict:
         if not isinstance(obj, dict):
@@ -67,6 +129,11 @@ class Objects:
                                      "and metadata)")
         api_version = obj.get("apiVersion") or info.group_version
         kind = obj.get("kind") or info.kind
+        if kind != info.kind and info.custom and api_version.rpartition("/")[0] == info.group:
+            # A custom resource's body of another kind of the same group is decoded, then refused by validation.
+            name = (obj.get("metadata") or {}).get("name") or ""
+            raise errors.invalid(kind, info.group, name, [validation.invalid_cause(
+                "kind", kind, f"must be {info.kind}")])
         if kind != info.kind or api_version.rpartition("/")[0] != info.group:
             raise errors.bad_request(
                 f"the body is a {kind} of {api_version} but the URL is for {info.kind} of {info.group_version}: "
@@ -98,13 +165,7 @@ class Objects:
         if key == ("", "secrets"):
             obj.setdefault("type", "Opaque")
             data = dict(obj.get("data") or {})
-            for k, v in data.items():
-                try:
-                    base64.b64decode(v, validate=True)
-                except (binascii.Error, TypeError, ValueError):
-                    raise errors.invalid("Secret", "", obj["metadata"].get("name", ""), [
-                        validation.invalid_cause(f"data[{k}]", "<secret contents redacted>",
-                                                 "the values of data must be base64; use stringData for plain text")])
+            _check_base64("Secret", data)
             for k, v in (obj.pop("stringData", None) or {}).items():
                 data[k] = base64.b64encode(str(v).encode()).decode()
             if data or "data" in obj:
@@ -123,6 +184,10 @@ class Objects:
                 raise errors.invalid("Secret", "", obj["metadata"]["name"], [
                     validation.cause("FieldValueForbidden", "data", "Forbidden: field is immutable when "
                                      "`immutable` is set")])
+        elif key == ("", "configmaps"):
+            _check_base64("ConfigMap", obj.get("binaryData") or {})
+        elif key == ("coordination.k8s.io", "leases"):
+            _lease_rules(obj)
         elif key == NAMESPACE_KEY:
             spec = dict(obj.get("spec") or {})
             spec.setdefault("finalizers", [NAMESPACE_FINALIZER])
@@ -247,6 +312,10 @@ class Objects:
         """PUT semantics (patches arrive here with the patched object). A resourceVersion in obj is a
         precondition: 409 when it is stale."""
         obj = self._normalise(info, obj, namespace)
+        meta = obj["metadata"]
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request(f'the name of the object ({meta["name"]}) does not match the name on the URL '
+                                     f"({name})")
         if info.namespaced:
             self._check_namespace(info, namespace, creating=False)
         stored = existing if existing is not None else self.store.get(info.key, namespace, name)
@@ -254,10 +323,6 @@ class Objects:
             raise errors.not_found(info.group, info.plural, name)
         # The write starts from the stored object as the version it is made through shows it.
         old = conversion.to_version(info, stored)
-        meta = obj["metadata"]
-        if meta.get("name") and meta["name"] != name:
-            raise errors.bad_request(f'the name of the object ({meta["name"]}) does not match the name on the URL '
-                                     f"({name})")
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise errors.conflict(info.group, info.plural, name,
@@ -292,10 +357,14 @@ class Objects:
         if old_meta.get("deletionTimestamp"):
             added = set(new["metadata"].get("finalizers") or ()) - set(old_meta.get("finalizers") or ())
             if added:
-                raise errors.invalid(info.kind, info.group, name, [validation.cause(
-                    "FieldValueForbidden", "metadata.finalizers",
-                    "Forbidden: no new finalizers can be added if the object is being deleted, found new "
-                    f"finalizers {sorted(added)}")])
+                found = ", ".join(json.dumps(f) for f in sorted(added))
+                problem = validation.cause("FieldValueForbidden", "metadata.finalizers",
+                                           "Forbidden: no new finalizers can be added if the object is being "
+                                           f"deleted, found new finalizers []string{{{found}}}")
+                # A custom resource's metadata is validated twice on update (the generic and the CR strategy's
+                # checks), and kube-apiserver reports this one twice.
+                raise errors.invalid(info.kind, info.group, name, [problem, dict(problem)] if info.custom
+                                     else [problem])
         if info.sensitive_paths:
             new = sensitive.restore(new, old, list(info.sensitive_paths))
         new, warnings = validation.validate(info, new, old, field_validation)
@@ -316,21 +385,22 @@ class Objects:
     def delete(self, info: ResourceInfo, namespace: str | None, name: str, propagation: str | None = None,
                preconditions: dict | None = None, dry_run: bool = False) -> tuple[dict, bool]:
         """Return (object, deleted_now). With finalizers left the object is only marked (deletionTimestamp)."""
+        if propagation not in (None, "Background", "Foreground", "Orphan"):
+            raise errors.invalid("DeleteOptions", "meta.k8s.io", "", [validation.cause(
+                "FieldValueNotSupported", "propagationPolicy", f"Unsupported value: {json.dumps(propagation)}: "
+                'supported values: "Foreground", "Background", "Orphan", "nil"')])
+        if info.key == NAMESPACE_KEY and name in IMMORTAL_NAMESPACES:
+            raise errors.ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be '
+                                                    "deleted", {"name": name, "kind": "namespaces"})
         old = self.store.get(info.key, namespace, name)
         if old is None:
             raise errors.not_found(info.group, info.plural, name)
         pre = preconditions or {}
         if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
-            raise errors.conflict(info.group, info.plural, name,
-                                  f'Precondition failed: UID in precondition: {pre["uid"]}, UID in object meta: '
-                                  f'{old["metadata"]["uid"]}')
+            raise errors.precondition_failed(info.kind, info.group, name, "UID", pre["uid"], old["metadata"]["uid"])
         if pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"]["resourceVersion"]:
-            raise errors.conflict(info.group, info.plural, name,
-                                  "the object has been modified; please apply your changes to the latest version "
-                                  "and try again")
-        if propagation not in (None, "Background", "Foreground", "Orphan"):
-            raise errors.bad_request(f'propagationPolicy "{propagation}" is not one of Background, Foreground, '
-                                     "Orphan")
+            raise errors.precondition_failed(info.kind, info.group, name, "ResourceVersion", pre["resourceVersion"],
+                                             old["metadata"]["resourceVersion"])
         if dry_run:
             return old, False
         finalizers = list(old["metadata"].get("finalizers") or ())
@@ -345,7 +415,9 @@ class Objects:
                 return self.store.put(info.key, new, old), False
             return old, False
         if finalizers or is_namespace:
-            meta = dict(old["metadata"], deletionTimestamp=now_rfc3339(), deletionGracePeriodSeconds=0)
+            meta = dict(old["metadata"], deletionTimestamp=now_rfc3339())
+            if not is_namespace:
+                meta["deletionGracePeriodSeconds"] = 0
             if finalizers:
                 meta["finalizers"] = finalizers
             if info.has_generation:

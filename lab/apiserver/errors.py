@@ -41,7 +41,7 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
-        if self.details:
+        if self.details is not None:
             out["details"] = self.details
         return out
 
@@ -54,26 +54,38 @@ def resource_label(group: str, plural: str) -> str:
     return f"{plural}.{group}" if group else plural
 
 
+def details(name: str, group: str, kind: str, **more) -> dict:
+    """A Status's details as kube-apiserver fills them: empty fields (the core group, no name) are left out."""
+    out = {k: v for k, v in (("name", name), ("group", group), ("kind", kind)) if v}
+    out.update(more)
+    return out
+
+
 def not_found(group: str, plural: str, name: str) -> ApiError:
-    return ApiError(
-        404, "NotFound", f'{resource_label(group, plural)} "{name}" not found',
-        {"name": name, "group": group, "kind": plural},
-    )
+    return ApiError(404, "NotFound", f'{resource_label(group, plural)} "{name}" not found',
+                    details(name, group, plural))
 
 
 def already_exists(group: str, plural: str, name: str) -> ApiError:
-    return ApiError(
-        409, "AlreadyExists", f'{resource_label(group, plural)} "{name}" already exists',
-        {"name": name, "group": group, "kind": plural},
-    )
+    return ApiError(409, "AlreadyExists", f'{resource_label(group, plural)} "{name}" already exists',
+                    details(name, group, plural))
 
 
 def conflict(group: str, plural: str, name: str, why: str) -> ApiError:
-    return ApiError(
-        409, "Conflict",
-        f'Operation cannot be fulfilled on {resource_label(group, plural)} "{name}": {why}',
-        {"name": name, "group": group, "kind": plural},
-    )
+    return ApiError(409, "Conflict",
+                    f'Operation cannot be fulfilled on {resource_label(group, plural)} "{name}": {why}',
+                    details(name, group, plural))
+
+
+def precondition_failed(kind: str, group: str, name: str, field: str, wanted: str, recorded: str) -> ApiError:
+    """A delete whose precondition (`field`: ResourceVersion or UID) does not hold. kube-apiserver names the
+    resource by its kind here, unlike the update conflict."""
+    why = ("The object might have been modified" if field == "ResourceVersion" else
+           "The object might have been deleted and then recreated")
+    return ApiError(409, "Conflict",
+                    f'Operation cannot be fulfilled on {resource_label(group, kind)} "{name}": the {field} in the '
+                    f"precondition ({wanted}) does not match the {field} in record ({recorded}). {why}",
+                    details(name, group, kind))
 
 
 def bad_request(message: str) -> ApiError:
@@ -86,12 +98,11 @@ def invalid(kind: str, group: str, name: str, causes: list[dict]) -> ApiError:
     Each cause is {"reason": "FieldValue...", "message": "...", "field": "spec.x"}.
     """
     qualified = f"{kind}.{group}" if group else kind
-    parts = [f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes]
+    # The message lists each distinct error once (Go's ErrorList.ToAggregate); the causes keep every one.
+    parts = list(dict.fromkeys(f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes))
     joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
-    return ApiError(
-        422, "Invalid", f'{qualified} "{name}" is invalid: {joined}',
-        {"name": name, "group": group, "kind": kind, "causes": causes},
-    )
+    return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {joined}',
+                    details(name, group, kind, causes=causes))
 
 
 def gone(message: str) -> ApiError:

@@ -17,7 +17,7 @@ APPLY_CBOR = "application/apply-patch+cbor"
 
 def _bad(message: str) -> ApiError:
     # kube-apiserver answers a patch that does not apply to the object with 422, as this does.
-    return ApiError(422, "Invalid", message)
+    return ApiError(422, "Invalid", message, {})
 
 
 # ---------------------------------------------------------------- JSON merge patch
@@ -145,7 +145,7 @@ def json_patch(target, operations):
             doc = _add(doc, path, copy.deepcopy(_get(doc, op.get("from", ""))))
         elif kind == "test":
             if _get(doc, path) != op["value"]:
-                raise ApiError(422, "Invalid", f'the JSON patch test of "{path}" failed: the value differs')
+                raise ApiError(422, "Invalid", f'the JSON patch test of "{path}" failed: the value differs', {})
         else:
             raise _bad(f'JSON patch operation {i} has an unknown op "{kind}"')
     return doc

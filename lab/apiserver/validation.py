@@ -501,6 +501,28 @@ def _cel_view(obj: dict) -> dict:
 
 # ---------------------------------------------------------------- the whole check
 
+SKIPPED_RULES = cause("FieldValueInvalid", "<nil>", "Invalid value: null: some validation rules were not checked "
+                      "because the object was invalid; correct the existing errors to complete validation")
+
+
+def _has_rules(schema) -> bool:
+    if isinstance(schema, dict):
+        return bool(schema.get("x-kubernetes-validations")) or any(_has_rules(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_rules(v) for v in schema)
+    return False
+
+
+# The errors after which kube-apiserver does not run a custom resource's CEL rules (hasBlockingErr): a value
+# of the wrong type, size or enum, or a missing one. After any other error the rules run as well.
+BLOCKING = {"FieldValueNotSupported", "FieldValueRequired", "FieldValueTooLong", "FieldValueTooMany",
+            "FieldValueTypeInvalid"}
+
+
+def blocks_rules(causes: list[dict]) -> bool:
+    return any(c.get("reason") in BLOCKING for c in causes)
+
+
 def validate(info: ResourceInfo, obj: dict, old: dict | None, field_validation: str = "Strict") -> tuple[dict, list[str]]:
     """Return the object as it will be stored (pruned and defaulted) and warnings; raise 422/400 on failure.
 
@@ -520,8 +542,10 @@ def validate(info: ResourceInfo, obj: dict, old: dict | None, field_validation: 
         apply_defaults(obj, info.schema)
         causes += schema_problems(obj, info.schema, old)
         causes += list_type_problems(obj, info.schema)
-        if not causes:
+        if not blocks_rules(causes):
             causes += cel_problems(_cel_view(obj), info.schema, _cel_view(old) if old else _MISSING)
+        elif _has_rules(info.schema):
+            causes.append(dict(SKIPPED_RULES))
     if causes:
         if info.sensitive_paths:
             causes = [_redact(c, obj, info.sensitive_paths) for c in causes]
