@@ -93,7 +93,8 @@ class Issuer:
             if self.clock.monotonic() - self._read_at >= self.ttl:
                 try:
                     config = await self.kube.request("GET", "/.well-known/openid-configuration")
-                    keys = await self.kube.request("GET", "/openid/v1/jwks")
+                    # kube-apiserver serves the keys as application/jwk-set+json only (406 to application/json).
+                    keys = await self.kube.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json")
                 except (ApiError, OSError, ValueError, asyncio.TimeoutError):
                     # The offer keeps the last known issuer; an empty one makes the peer wait (AwaitingIssuer).
                     return self.url, self.jwks

@@ -237,8 +237,8 @@ class KubeSession:
                            client_cert_file=conf.cert_file, client_key_file=conf.key_file,
                            tls_server_name=conf.tls_server_name)
 
-    async def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+    async def _headers(self, content_type: str | None, accept: str = "application/json") -> dict[str, str]:
+        headers = {"Accept": accept, "User-Agent": self.user_agent}
         token = await self._current_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -249,8 +249,11 @@ class KubeSession:
     # -- requests ----------------------------------------------------------------------------------------------
 
     async def request(self, method: str, path: str, *, query: dict[str, Any] | None = None, body: Any = None,
-                      content_type: str = "application/json", timeout: float | None = 30.0) -> dict:
-        """One API call; returns the decoded JSON answer, raises a typed `ApiError` on a non-2xx answer."""
+                      content_type: str = "application/json", timeout: float | None = 30.0,
+                      accept: str = "application/json") -> dict:
+        """One API call; returns the decoded JSON answer, raises a typed `ApiError` on a non-2xx answer. `accept`
+        for a path that serves another JSON type (kube-apiserver's /openid/v1/jwks is application/jwk-set+json
+        only, and 406 to application/json)."""
         method = method.upper()
         resource = _resource_of(path)
         # Reviews (TokenReview, SubjectAccessReview...) are POSTs that store nothing: not writes.
@@ -264,7 +267,7 @@ class KubeSession:
             API_WRITES.labels(method, resource).inc()
         async with self.session.request(
                 method, self.server + path, params=params, data=data,
-                headers=await self._headers(content_type if data is not None else None),
+                headers=await self._headers(content_type if data is not None else None, accept),
                 timeout=aiohttp.ClientTimeout(total=timeout),
                 server_hostname=self.configuration.tls_server_name or None) as resp:
             raw = await resp.read()
