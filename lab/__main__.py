@@ -10,6 +10,10 @@ more flag to `peering run`. `--without-crd NAME` (repeatable) starts every clust
 without the feature); `--without-crd CLUSTER:NAME` leaves it out of one cluster only. Installing the CRD later
 (`kubectl apply` of lab/apiserver/crds/*.yaml) makes the API appear while everything runs.
 
+`--apiserver real` runs each cluster's API server as a real etcd + kube-apiserver + kube-controller-manager
+(lab/real/, built once by `python -m lab.real build`) instead of the in-process emulator (`--apiserver emulator`,
+the default); everything else is the same.
+
 `up` writes DIR/lab.json (per cluster: uuid, resolver map, CA bundles, file paths), DIR/<cluster>/kubeconfig for
 a cluster-admin (`kubectl --kubeconfig DIR/a/kubeconfig get namespaces`), DIR/lab.pid and logs in DIR/lab.log
 and DIR/<cluster>/peering.log.
@@ -28,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from lab.cluster import ROOT, Lab, check_cluster_name, check_crd_names, default_peering_command
+from lab.cluster import APISERVERS, ROOT, Lab, check_cluster_name, check_crd_names, default_peering_command
 
 log = logging.getLogger("lab")
 
@@ -118,8 +122,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
+    if args.apiserver == "real":
+        from lab.real import build as builder
+
+        try:
+            builder.require_built()
+        except builder.BuildError as e:
+            print(f"--apiserver real needs the real backend's binaries: {e}", file=sys.stderr)
+            return 2
     (d / "lab.json").unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "lab", "serve", "--clusters", ",".join(args.clusters), "--dir", str(d)]
+    cmd = [sys.executable, "-m", "lab", "serve", "--clusters", ",".join(args.clusters), "--dir", str(d),
+           "--apiserver", args.apiserver]
     if args.no_peering:
         cmd.append("--no-peering")
     cmd += [f"--peering-arg={a}" for a in args.peering_arg]
@@ -155,8 +168,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 1
         time.sleep(0.1)  # bounded poll of another process's file
     for name, c in info["clusters"].items():
-        print(f"cluster {name}: uuid {c['uuid']}, kubeconfig {c['files']['kubeconfig']}, "
-              f"peering {c['peering']['state']}")
+        print(f"cluster {name}: {c['apiserver']} API server {c['apiServer']}, uuid {c['uuid']}, kubeconfig "
+              f"{c['files']['kubeconfig']}, peering {c['peering']['state']}")
     print(f"lab ready: {d / 'lab.json'}; stop it with: python -m lab down --dir {d}")
     return 0
 
@@ -196,7 +209,7 @@ async def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     lab = Lab(d, args.clusters, peering_command=None if args.no_peering else with_extra_args(args.peering_arg),
-              without_crds=without_crds(args.without_crd, args.clusters))
+              without_crds=without_crds(args.without_crd, args.clusters), apiserver=args.apiserver)
     start = asyncio.ensure_future(lab.start())
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait([start, stopped], return_when=asyncio.FIRST_COMPLETED)
@@ -236,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--without-crd", action="append", default=[], type=_without_crd, metavar="[CLUSTER:]NAME",
                        help="start without this CRD, e.g. projects.deckhouse.io; CLUSTER:NAME for one cluster only "
                             "(repeatable)")
+        p.add_argument("--apiserver", choices=APISERVERS, default="emulator",
+                       help="each cluster's API server: the in-process emulator (default) or a real kube-apiserver")
         p.add_argument("--timeout", type=float, default=UP_TIMEOUT, help="seconds to wait for readiness")
     p = sub.add_parser("down")
     p.add_argument("--dir", required=True)

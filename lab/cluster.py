@@ -32,6 +32,7 @@ import logging
 import os
 import pathlib
 import secrets
+import shutil
 import signal
 import sys
 import uuid
@@ -74,6 +75,9 @@ INSTALL_ORDER = ("Namespace", "ServiceAccount", "ClusterRole", "Role", "ClusterR
 # The peering process gets a token that outlives any lab run.
 PEERING_TOKEN_SECONDS = 7 * 24 * 3600
 READY_TIMEOUT = 90.0
+# What answers as a lab cluster's API server: the emulator (lab/apiserver/, in this process, the fast default) or a
+# real etcd + kube-apiserver + kube-controller-manager (lab/real/, processes; `cluster.api` is then lab/kubeapi.py).
+APISERVERS = ("emulator", "real")
 
 PeeringCommand = Callable[["LabCluster"], "list[str] | None"]
 
@@ -167,6 +171,23 @@ def check_crd_names(names) -> list[str]:
     return names
 
 
+def crd_documents() -> dict[str, dict]:
+    """Every CRD a lab cluster knows, by name: the lab's (Project, TokenExchangeProvider), then the module's."""
+    docs: dict[str, dict] = {}
+    for path in sorted(LAB_CRDS.glob("*.yaml")) + sorted(MODULE_CRDS.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                docs[doc["metadata"]["name"]] = doc
+    return docs
+
+
+def check_apiserver(apiserver: str) -> str:
+    if apiserver not in APISERVERS:
+        raise ValueError(f"apiserver {apiserver!r}: choose one of {', '.join(APISERVERS)} (emulator is the in-process "
+                         "default; real runs etcd and kube-apiserver, built by `python -m lab.real build`)")
+    return apiserver
+
+
 def check_cluster_name(name: str) -> None:
     """A cluster name becomes a DNS label of its host names (`api.<name>.lab`)."""
     label = name.replace("-", "")
@@ -180,8 +201,9 @@ class LabCluster:
     """One lab cluster. `start()` starts it alone; `Lab` starts several that know each other's names."""
 
     def __init__(self, name: str, dir: os.PathLike | str, *, peering_command: PeeringCommand | None = default_peering_command,
-                 ready_timeout: float = READY_TIMEOUT, without_crds=()) -> None:
+                 ready_timeout: float = READY_TIMEOUT, without_crds=(), apiserver: str = "emulator") -> None:
         check_cluster_name(name)
+        self.apiserver = check_apiserver(apiserver)
         # CRDs this cluster starts without (e.g. projects.deckhouse.io: no multitenancy-manager); install_crd adds
         # one later.
         self.without_crds = check_crd_names(without_crds)
@@ -195,6 +217,8 @@ class LabCluster:
         self.dex_issuer = f"https://dex.{name}.lab/"
         self.dex_client_secret = secrets.token_urlsafe(32)
         self.api: Any = None
+        # The real backend's processes (lab.real.RealControlPlane); None on the emulator.
+        self.control_plane: Any = None
         self.dex: Dex | None = None
         self.userauthn: UserAuthn | None = None
         self.ingress: Ingress | None = None
@@ -252,6 +276,9 @@ class LabCluster:
         self._write_files()
 
     async def _start_services(self) -> None:
+        if self.apiserver == "real":
+            await self._start_real_services()
+            return
         from lab.apiserver.app import ApiServer
 
         # The emulator always loads its own lab CRDs (Project, TokenExchangeProvider); the module's come from the chart.
@@ -262,18 +289,48 @@ class LabCluster:
             issuer_url=SERVICE_ACCOUNT_ISSUER, without_crds=self.without_crds,
         )
         await self.api.start("127.0.0.1", 0)
+        await self._start_dex()
+        await self._start_balancers()
+        self.api.add_oidc(self._dex_authenticator())
+        await self.seed()
+
+    async def _start_dex(self) -> None:
         self.dex = Dex(self.dex_issuer, certs.server_ssl_context(self.pki.dex))
         # kube-apiserver's client, then the module's, trusted by it (the DexClient's allow-access annotation).
         self.dex.add_client(KUBERNETES_CLIENT_ID, secrets.token_urlsafe(32))
         register_dex_client(self.dex, MODULE_DEX_CLIENT_NAME, NAMESPACE, self.dex_client_secret)
         await self.dex.start()
+
+    async def _start_balancers(self) -> None:
         self.ingress = Ingress(certs.join_host(self.name), certs.server_ssl_context(self.pki.ingress))
         await self.ingress.start()
         self.entrance_lb = TcpPassthrough(certs.entrance_host(self.name))
         await self.entrance_lb.start()
         self.egress_svc = TcpPassthrough(EGRESS_HOST)
         await self.egress_svc.start()
-        self.api.add_oidc(self._dex_authenticator())
+
+    async def _start_real_services(self) -> None:
+        """etcd, kube-apiserver and kube-controller-manager configured as lab/real does (Deckhouse's
+        AuthenticationConfiguration toward this cluster's Dex, which therefore starts first: kube-apiserver reads
+        its discovery document at start and retries only every 10 s), the lab's CRDs through the real validation
+        (Deckhouse's x-kubernetes-sensitive-data stripped: a stock kube-apiserver refuses it), then the seed."""
+        from lab.kubeapi import HttpApi
+        from lab.real import JWTIssuer, RealControlPlane
+
+        await self._start_dex()
+        # A lab cluster starts new each time: nothing of an earlier run in the same directory (etcd's data, the
+        # ServiceAccount key) is kept, as the emulator keeps nothing.
+        await asyncio.to_thread(shutil.rmtree, self.path("control-plane"), True)
+        self.control_plane = RealControlPlane(
+            self.name, self.path("control-plane"), pki=self.pki,
+            jwt_issuer=JWTIssuer(self.dex_issuer, self.pki.public_ca.cert_pem),
+            resolve={certs.dex_host(self.name): f"127.0.0.1:{self.dex.port}"})
+        await self.control_plane.start()
+        docs = crd_documents()
+        self.api = HttpApi(self.name, self.control_plane.url, self.pki.public_ca.cert_pem, self.pki.admin,
+                           crd_documents=docs)
+        await self.control_plane.install_crds([doc for name, doc in docs.items() if name not in self.without_crds])
+        await self._start_balancers()
         await self.seed()
 
     def _dex_authenticator(self) -> Any:
@@ -409,9 +466,17 @@ class LabCluster:
         if self.userauthn is not None:
             await self.userauthn.stop()
             self.userauthn = None
-        for part in (self.egress_svc, self.entrance_lb, self.ingress, self.dex, self.api):
+        for part in (self.egress_svc, self.entrance_lb, self.ingress):
             if part is not None:
                 await part.stop()
+        if self.control_plane is not None:
+            await self.control_plane.stop()
+            if self.api is not None:
+                self.api.close()
+        elif self.api is not None:
+            await self.api.stop()
+        if self.dex is not None:
+            await self.dex.stop()
         self._services_started = False
 
     # --- seeding ---
@@ -437,8 +502,10 @@ class LabCluster:
 
     def chart_objects(self) -> list[dict]:
         """The module's objects as Deckhouse renders them for this cluster (lab/deckhouse_module.py), of the kinds
-        the emulator serves, in the order an install needs; the rest (Deployment, Services, Ingress, ...) the lab
-        plays itself, and `self.chart_skipped` names them."""
+        the cluster's API server serves, in the order an install needs; `self.chart_skipped` names the rest. The
+        emulator serves the RBAC kinds and Namespace, ServiceAccount; a real kube-apiserver every built-in kind too
+        (the Deployment and Services are stored, and nothing runs them: the lab plays them itself), but not
+        cert-manager's Certificate or user-authn's DexClient."""
         from lab import deckhouse_module
 
         values = deckhouse_module.module_values(
@@ -460,8 +527,8 @@ class LabCluster:
         objs = await asyncio.to_thread(self.chart_objects)
         for obj in objs:
             _ignore_exists(lambda obj=obj: self.api.create(obj))
-        log.info("cluster %s: installed %d objects of charts/peering; not served by the emulator: %s", self.name,
-                 len(objs), ", ".join(self.chart_skipped) or "none")
+        log.info("cluster %s: installed %d objects of charts/peering; not served by its API server (%s): %s",
+                 self.name, len(objs), self.apiserver, ", ".join(self.chart_skipped) or "none")
 
     # --- files ---
 
@@ -477,15 +544,18 @@ class LabCluster:
             "client-certificate-data": base64.b64encode(self.pki.admin.cert_pem).decode(),
             "client-key-data": base64.b64encode(self.pki.admin.key_pem).decode(),
         })
-        _write(self.path("kubeconfig"), yaml.safe_dump(admin, sort_keys=False))
+        # JSON, which every YAML reader reads the same: Go's YAML 1.1 takes an unquoted cluster name `y`, `n`, `on`
+        # or `off` for a boolean, and PyYAML does not quote them.
+        _write(self.path("kubeconfig"), json.dumps(admin, indent=2))
         peering = kubeconfig(self.name, server, self.pki.public_ca.cert_pem, tls_name, {"token": self._peering_token})
-        _write(self.path("peering-kubeconfig"), yaml.safe_dump(peering, sort_keys=False))
+        _write(self.path("peering-kubeconfig"), json.dumps(peering, indent=2))
 
     def info(self) -> dict:
         """This cluster's entry in lab.json."""
         return {
             "name": self.name,
             "uuid": self.uuid,
+            "apiserver": self.apiserver,
             "publicDomainTemplate": f"%s.{self.name}.lab",
             "apiServer": f"https://127.0.0.1:{self.api.port}",
             "dexIssuer": self.dex_issuer,
@@ -505,6 +575,7 @@ class LabCluster:
                 "caBundle": str(self.path("ca-bundle.crt")),
                 "peeringLog": str(self.path("peering.log")),
             },
+            "controlPlane": self.control_plane.info() if self.control_plane is not None else None,
             "peering": {
                 "state": self.peering_state,
                 "pid": self.process.pid if self.process else None,
@@ -532,8 +603,11 @@ class Lab:
     """Several lab clusters that resolve and trust each other's public names."""
 
     def __init__(self, dir: os.PathLike | str, names: list[str], *, peering_command: PeeringCommand | None = default_peering_command,
-                 ready_timeout: float = READY_TIMEOUT, without_crds=()) -> None:
-        """without_crds: CRD names every cluster starts without, or a mapping of cluster name to such names."""
+                 ready_timeout: float = READY_TIMEOUT, without_crds=(), apiserver: str = "emulator") -> None:
+        """without_crds: CRD names every cluster starts without, or a mapping of cluster name to such names.
+        apiserver: "emulator" (in this process) or "real" (etcd, kube-apiserver, kube-controller-manager)."""
+        check_apiserver(apiserver)
+        self.apiserver = apiserver
         if len(set(names)) != len(names) or not names:
             raise ValueError(f"cluster names {names!r}: give one or more distinct names")
         if isinstance(without_crds, Mapping):
@@ -545,7 +619,7 @@ class Lab:
             per_cluster = {n: list(without_crds) for n in names}
         self.dir = pathlib.Path(dir)
         self.clusters = {n: LabCluster(n, self.dir, peering_command=peering_command, ready_timeout=ready_timeout,
-                                       without_crds=per_cluster[n])
+                                       without_crds=per_cluster[n], apiserver=apiserver)
                          for n in names}
 
     def __getitem__(self, name: str) -> LabCluster:
@@ -571,7 +645,7 @@ class Lab:
         await asyncio.gather(*(c.stop() for c in self.clusters.values()), return_exceptions=True)
 
     def info(self) -> dict:
-        return {"ready": True, "dir": str(self.dir), "clusters": {n: c.info() for n, c in self.clusters.items()}}
+        return {"ready": True, "dir": str(self.dir), "apiserver": self.apiserver, "clusters": {n: c.info() for n, c in self.clusters.items()}}
 
     def write_info(self) -> None:
         _write(self.dir / "lab.json", json.dumps(self.info(), indent=2), 0o600)

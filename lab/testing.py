@@ -30,7 +30,8 @@ import sys
 from dataclasses import dataclass
 from typing import AsyncIterator, Iterator
 
-from lab.cluster import READY_TIMEOUT, ROOT, Lab, PeeringCommand, default_peering_command
+from lab.cluster import (APISERVERS, READY_TIMEOUT, ROOT, Lab, PeeringCommand, check_apiserver,
+                         default_peering_command)
 
 KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
 
@@ -38,11 +39,16 @@ KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
 @contextlib.asynccontextmanager
 async def lab_clusters(dir: pathlib.Path, names: list[str], *,
                        peering_command: PeeringCommand | None = default_peering_command,
-                       ready_timeout: float = READY_TIMEOUT, without_crds=()) -> AsyncIterator[Lab]:
+                       ready_timeout: float = READY_TIMEOUT, without_crds=(),
+                       apiserver: str = "emulator") -> AsyncIterator[Lab]:
     """Started clusters in this event loop; all stopped on exit, also when the body fails.
 
-    without_crds: CRD names every cluster starts without, or {cluster: names} (see `Lab`)."""
-    lab = Lab(dir, names, peering_command=peering_command, ready_timeout=ready_timeout, without_crds=without_crds)
+    without_crds: CRD names every cluster starts without, or {cluster: names} (see `Lab`).
+    apiserver: "emulator" or "real" (see `apiserver_backends`)."""
+    if apiserver == "real":
+        real_binaries_or_skip()
+    lab = Lab(dir, names, peering_command=peering_command, ready_timeout=ready_timeout, without_crds=without_crds,
+              apiserver=apiserver)
     await lab.start()
     try:
         yield lab
@@ -76,10 +82,12 @@ class LabProcesses:
 
 
 def lab_up(dir: pathlib.Path, names: list[str], *, peering: bool = True, timeout: float = 180,
-           without_crds: list[str] = ()) -> LabProcesses:
+           without_crds: list[str] = (), apiserver: str = "emulator") -> LabProcesses:
     """`python -m lab up`; without_crds are --without-crd values (NAME, or CLUSTER:NAME)."""
+    if apiserver == "real":
+        real_binaries_or_skip()
     cmd = [sys.executable, "-m", "lab", "up", "--clusters", ",".join(names), "--dir", str(dir),
-           "--timeout", str(timeout)]
+           "--timeout", str(timeout), "--apiserver", apiserver]
     if not peering:
         cmd.append("--no-peering")
     cmd += [f"--without-crd={n}" for n in without_crds]
@@ -96,34 +104,75 @@ def lab_down(dir: pathlib.Path, timeout: float = 60) -> subprocess.CompletedProc
 
 @contextlib.contextmanager
 def lab_processes(dir: pathlib.Path, names: list[str], *, peering: bool = True,
-                  without_crds: list[str] = ()) -> Iterator[LabProcesses]:
+                  without_crds: list[str] = (), apiserver: str = "emulator") -> Iterator[LabProcesses]:
     """`python -m lab up` on entry, `python -m lab down` on exit."""
-    lab = lab_up(dir, names, peering=peering, without_crds=without_crds)
+    lab = lab_up(dir, names, peering=peering, without_crds=without_crds, apiserver=apiserver)
     try:
         yield lab
     finally:
         lab_down(dir)
 
 
-def lab_process_fixture(names: list[str], *, scope: str = "module", peering: bool = True):
-    """A pytest fixture giving a `LabProcesses` with clusters `names`, shared by the tests of its scope."""
+def lab_process_fixture(names: list[str], *, scope: str = "module", peering: bool = True,
+                        apiservers: tuple[str, ...] = ("emulator",)):
+    """A pytest fixture giving a `LabProcesses` with clusters `names`, shared by the tests of its scope; with
+    several `apiservers` (e.g. `APISERVERS`) it is parametrized by them (see `apiserver_backends`)."""
     import pytest
 
-    @pytest.fixture(scope=scope)
-    def _lab(tmp_path_factory) -> Iterator[LabProcesses]:
-        with lab_processes(tmp_path_factory.mktemp("lab"), names, peering=peering) as lab:
+    @pytest.fixture(scope=scope, params=apiserver_backends(apiservers))
+    def _lab(request, tmp_path_factory) -> Iterator[LabProcesses]:
+        with lab_processes(tmp_path_factory.mktemp("lab"), names, peering=peering, apiserver=request.param) as lab:
             yield lab
 
     return _lab
 
 
-def lab_fixture(names: list[str], *, peering_command: PeeringCommand | None = default_peering_command):
-    """A pytest fixture giving a started in-process `Lab` with clusters `names`, one per test."""
+def lab_fixture(names: list[str], *, peering_command: PeeringCommand | None = default_peering_command,
+                apiservers: tuple[str, ...] = ("emulator",)):
+    """A pytest fixture giving a started in-process `Lab` with clusters `names`, one per test; parametrized by
+    `apiservers` as `lab_process_fixture`."""
     import pytest_asyncio
 
-    @pytest_asyncio.fixture
-    async def _lab(tmp_path) -> AsyncIterator[Lab]:
-        async with lab_clusters(tmp_path, names, peering_command=peering_command) as lab:
+    @pytest_asyncio.fixture(params=apiserver_backends(apiservers))
+    async def _lab(request, tmp_path) -> AsyncIterator[Lab]:
+        async with lab_clusters(tmp_path, names, peering_command=peering_command, apiserver=request.param) as lab:
             yield lab
 
     return _lab
+
+
+def apiserver_backends(apiservers: tuple[str, ...] = APISERVERS) -> list:
+    """pytest params for a fixture run on each backend: marked `emulator` or `real`, so that `-m real` and
+    `-m "not real"` select them; the fixture's `request.param` is the backend's name, its test ids `[emulator]`
+    and `[real]`."""
+    import pytest
+
+    for name in apiservers:
+        check_apiserver(name)
+    return [pytest.param(name, id=name, marks=getattr(pytest.mark, name)) for name in apiservers]
+
+
+def real_binaries_or_skip():
+    """The real backend's binaries; without them a loud skip (`REAL KUBE-APISERVER BACKEND NOT TESTED: why`),
+    or a failure when PEERING_REQUIRE_REAL_APISERVER=1 (CI)."""
+    import pytest
+
+    from lab.real import build as builder
+
+    try:
+        return builder.require_built()
+    except builder.BuildError as e:
+        if builder.required():
+            pytest.fail(f"{builder.REQUIRE_ENV} is set, so the real backend must run: {e}", pytrace=False)
+        pytest.skip(f"REAL KUBE-APISERVER BACKEND NOT TESTED: {e}")
+
+
+def emulator_only(reason: str):
+    """For a test of a backend-parametrized fixture that cannot run on a real kube-apiserver: skip it there
+    with `reason` (only Deckhouse's own patches of kube-apiserver qualify, such as x-kubernetes-sensitive-data)."""
+    import pytest
+
+    def check(backend: str) -> None:
+        if backend == "real":
+            pytest.skip(f"emulator only: {reason}")
+    return check

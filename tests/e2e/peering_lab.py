@@ -84,27 +84,60 @@ async def connection_string(cluster, name: str) -> str:
 
 
 class WriteCounter:
-    """Counts the writes (create, update incl. patch and status, delete) the lab API server of a cluster accepts,
-    by resource, leaving out Leases (the leader renews its Lease by design). It wraps the emulator's object store
-    in place, so it sees writes from every client; `close()` restores it."""
+    """Counts the writes (create, update incl. patch and status, delete) the API server of a cluster accepts, by
+    resource (`"update clusterpeers"`), leaving out Leases (the leader renews its Lease by design); it sees writes
+    from every client. `counts.clear()` starts counting afresh; `close()` stops.
+
+    On the emulator it wraps the object store in place. On a real kube-apiserver it reads the server's own
+    /metrics, `apiserver_request_total` of successful POST/PUT/PATCH/DELETE requests (dry runs left out), and
+    counts the difference from when it started or was cleared: the server counts every request it answered,
+    from any client, with no configuration (an audit log would need kube-apiserver restarted with a policy)."""
 
     def __init__(self, cluster) -> None:
-        self.objects = cluster.api.objects
-        self.counts: dict[str, int] = {}
+        self._api = cluster.api
+        self._counts: dict[str, int] = {}
         self._saved = {}
+        if getattr(self._api, "backend", "emulator") == "real":
+            self._baseline = self._metrics()
+            return
+        self.objects = cluster.api.objects
         for method in ("create", "update", "delete"):
             original = getattr(self.objects, method)
             self._saved[method] = original
             setattr(self.objects, method, self._wrap(method, original))
+
+    _VERBS = {"POST": "create", "PUT": "update", "PATCH": "update", "DELETE": "delete", "DELETECOLLECTION": "delete"}
+
+    def _metrics(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for key, n in self._api.write_counts().items():
+            verb, resource = key.split(" ", 1)
+            plural = resource.split("/", 1)[0]
+            if plural == "leases" or not plural:
+                continue
+            name = f"{self._VERBS[verb]} {plural}"
+            out[name] = out.get(name, 0) + n
+        return out
 
     def _wrap(self, method: str, original):
         def counted(info, *args, **kwargs):
             result = original(info, *args, **kwargs)
             if info.plural != "leases" and not kwargs.get("dry_run"):
                 key = f"{method} {info.plural}"
-                self.counts[key] = self.counts.get(key, 0) + 1
+                self._counts[key] = self._counts.get(key, 0) + 1
             return result
         return counted
+
+    @property
+    def counts(self) -> "_Counts":
+        if not hasattr(self, "_baseline"):
+            return _Counts(self._counts, self._counts.clear)
+        now = self._metrics()
+        diff = {k: n - self._baseline.get(k, 0) for k, n in now.items() if n - self._baseline.get(k, 0)}
+
+        def clear() -> None:
+            self._baseline = now if not diff else self._metrics()
+        return _Counts(diff, clear)
 
     @property
     def total(self) -> int:
@@ -113,3 +146,15 @@ class WriteCounter:
     def close(self) -> None:
         for method, original in self._saved.items():
             setattr(self.objects, method, original)
+
+
+class _Counts(dict):
+    """The counts seen; `clear()` starts counting again from now."""
+
+    def __init__(self, counts: dict[str, int], reset) -> None:
+        super().__init__(counts)
+        self._reset = reset
+
+    def clear(self) -> None:
+        super().clear()
+        self._reset()

@@ -13,7 +13,7 @@ import pytest_asyncio
 
 from control.rules.access import audience
 from lab.multitenancy import create_project
-from lab.testing import lab_clusters
+from lab.testing import apiserver_backends, lab_clusters
 from peering_lab import (API_VERSION, GROUP, clusterpeer, condition, connection_string, create_invite, create_join,
                          fast_peering_command, ready, until, until_equal)
 
@@ -40,10 +40,10 @@ def _capability(cluster) -> None:
                          "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}})
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lab(tmp_path_factory):
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
+async def lab(request, tmp_path_factory):
     async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=command,
-                            without_crds={"a": [PROJECTS, PROVIDERS]}) as lab:
+                            without_crds={"a": [PROJECTS, PROVIDERS]}, apiserver=request.param) as lab:
         a, b = lab["a"], lab["b"]
         for cluster in (a, b):
             _capability(cluster)

@@ -16,7 +16,7 @@ import pytest_asyncio
 
 from control import pki
 from control.rules.access import audience
-from lab.testing import lab_clusters
+from lab.testing import apiserver_backends, lab_clusters
 from peering_lab import (API_VERSION, GROUP, clusterpeer, condition, connection_string, create_invite, create_join,
                          fast_peering_command, ready, ready_message, until, until_equal, WriteCounter)
 
@@ -40,9 +40,10 @@ def _setup(cluster) -> None:
                 "data": {"cluster": cluster.name}})
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lab(tmp_path_factory):
-    async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command) as lab:
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
+async def lab(request, tmp_path_factory):
+    async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command,
+                            apiserver=request.param) as lab:
         for name in ("a", "b"):
             _setup(lab[name])
         a, b = lab["a"], lab["b"]

@@ -19,16 +19,17 @@ from control.rules import join as join_rules
 from control.informers import Informers
 from gateway.protocol import JoinCall
 from contract.errors import Refusal
-from lab.testing import lab_clusters
+from lab.testing import apiserver_backends, lab_clusters
 from peering_lab import (clusterpeer, connection_string, create_invite, create_join, fast_peering_command,
                                    ready, ready_message, until, until_equal)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lab(tmp_path_factory):
-    async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command) as lab:
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
+async def lab(request, tmp_path_factory):
+    async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command,
+                            apiserver=request.param) as lab:
         yield lab
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import pytest_asyncio
 
-from lab.testing import lab_clusters
+from lab.testing import apiserver_backends, lab_clusters
 from peering_lab import (API_VERSION, GROUP, clusterpeer, condition, connection_string, fast_peering_command, ready,
                          until, until_equal)
 
@@ -36,9 +36,10 @@ def _setup(cluster) -> None:
                          "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]}})
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lab(tmp_path_factory):
-    async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command) as lab:
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
+async def lab(request, tmp_path_factory):
+    async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command,
+                            apiserver=request.param) as lab:
         a, b = lab["a"], lab["b"]
         for cluster in (a, b):
             _setup(cluster)
