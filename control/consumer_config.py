@@ -15,6 +15,7 @@ import re
 
 import yaml
 
+from contract import reasons
 from contract.errors import InputError
 from contract.names import GROUP
 
@@ -127,8 +128,8 @@ async def fetch(kubeconfig_path: str | None, peer: str) -> dict:
         try:
             return await kube.get(CLUSTERPEERS, peer)
         except NotFound:
-            raise ConsumerConfigError("PeerNotFound", f"there is no ClusterPeer {peer}; `kubectl get clusterpeers` "
-                                                      "lists the peerings of this cluster") from None
+            raise ConsumerConfigError(reasons.PEER_NOT_FOUND, f"there is no ClusterPeer {peer}; "
+                                      "`kubectl get clusterpeers` lists the peerings of this cluster") from None
         except ApiError as exc:
             raise ConsumerConfigError(exc.reason or "ApiError", f"reading ClusterPeer {peer} failed: {exc.code} "
                                                                f"{exc.message[:300]}") from None
