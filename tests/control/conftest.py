@@ -4,6 +4,7 @@ cluster UUID, and one API session to it (admin client certificate over real TLS)
 from __future__ import annotations
 
 import asyncio
+import datetime
 import pathlib
 from typing import Awaitable, Callable
 
@@ -55,3 +56,21 @@ async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float
         if loop.time() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what or check}")
         await asyncio.sleep(0.02)
+
+
+class FakeClock:
+    """A `control.clock.Clock` that moves only when told: both its wall time and its monotonic time."""
+
+    def __init__(self, start: datetime.datetime | None = None) -> None:
+        self._now = start or datetime.datetime.now(datetime.timezone.utc)
+        self._monotonic = 1000.0
+
+    def now(self) -> datetime.datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._monotonic
+
+    def advance(self, seconds: float) -> None:
+        self._now += datetime.timedelta(seconds=seconds)
+        self._monotonic += seconds
