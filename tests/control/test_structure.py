@@ -144,3 +144,12 @@ def _classes(package: pathlib.Path) -> dict[str, str]:
 def test_no_class_of_control_has_the_name_of_one_of_the_gateway():
     ours, theirs = _classes(PACKAGE), _classes(ROOT / "gateway")
     assert {name: (ours[name], theirs[name]) for name in set(ours) & set(theirs)} == {}
+
+
+def test_the_rules_import_only_rules_and_the_composition_root_only_the_cli():
+    graph = {name: _imports(name, path) for name, path in MODULES.items()}
+    pure = {"control.pki", "control.connstring"}
+    impure = {name: sorted(d for d in deps if not d.startswith("control.rules") and d not in pure)
+              for name, deps in graph.items() if name.startswith("control.rules")}
+    assert {name: deps for name, deps in impure.items() if deps} == {}
+    assert [name for name, deps in graph.items() if "control.process" in deps] == ["control.cli"]
