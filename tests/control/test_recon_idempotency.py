@@ -8,7 +8,6 @@ peer operations answered with the messages `rules.join` defines."""
 
 from __future__ import annotations
 
-import base64
 import datetime
 import json
 import socket
@@ -23,7 +22,6 @@ from control.config import ControlSettings, KubeSettings, Settings
 from control.context import Context
 from control.handlers.dispatch import Handlers
 from control.informers import Informers
-from control.kube import SECRETS
 from control.process import RECONCILERS
 from control.rules import credentials as creds
 from control.rules import join as join_rules

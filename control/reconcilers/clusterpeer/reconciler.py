@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from contract.names import (CA_SECRET, ENTRANCE_TLS_SECRET, JOIN_TLS_SECRET, MANAGED_BY_SELECTOR, peer_secret_name,
                             provider_name)
-from control.facts import ISSUER_TTL, Discovery, Issuer
+from control.facts import Discovery, Issuer
 from control.kube import CLUSTERPEERS, NAMESPACES, PEERINGCAPABILITIES, SECRETS, Conflict, KubeSession, NotFound
 from control.optional import PROJECTS, TOKENEXCHANGEPROVIDERS
 from control.peerclient import PeerClient
@@ -49,8 +49,7 @@ class ClusterPeerReconciler:
         self.selfcheck = selfcheck
         self.peering_version = peering_version
         self.discovery = discovery or ctx.discovery
-        self.issuer = Issuer(ctx.kube, ttl=getattr(ctx.settings.control, "issuer_refresh_interval", ISSUER_TTL),
-                             clock=ctx.clock)
+        self.issuer = Issuer(ctx.kube, ttl=ctx.settings.control.issuer_refresh_interval, clock=ctx.clock)
         inf = ctx.informers
         self.clusterpeers = inf.get(CLUSTERPEERS)
         self.secrets = inf.get(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY_SELECTOR)
