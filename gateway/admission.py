@@ -95,16 +95,16 @@ class ClientState:
     Authorization header came to: a client sends the same one every time, so its hash and capabilities label are
     computed once per connection and token, not per request."""
 
-    __slots__ = ("peer", "capabilities", "close", "_auth", "_token_hash", "_verified", "_verified_caps")
+    __slots__ = ("peer", "capabilities", "close", "last_auth", "last_token_hash", "last_verified", "last_capabilities")
 
     def __init__(self) -> None:
         self.peer = "-"
         self.capabilities = "-"
         self.close = False
-        self._auth = b""
-        self._token_hash = b""
-        self._verified: VerifiedToken | None = None
-        self._verified_caps = "-"
+        self.last_auth = b""
+        self.last_token_hash = b""
+        self.last_verified: VerifiedToken | None = None
+        self.last_capabilities = "-"
 
     def begin(self) -> None:
         self.peer, self.capabilities, self.close = "-", "-", False
@@ -131,12 +131,12 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
     forward, auth, client.close = screen_request(fields)
     limits = state.limits
     _check_body(length, limits.max_body_bytes)
-    if auth is not None and auth == client._auth:
-        token_hash, token = client._token_hash, ""  # the same header as this connection's last request
+    if auth is not None and auth == client.last_auth:
+        token_hash, token = client.last_token_hash, ""  # the same header as this connection's last request
     else:
         token = bearer(auth.decode("latin-1") if auth is not None else None, limits.max_token_bytes)
         token_hash = hashlib.sha256(token.encode()).digest()
-        client._auth = b""
+        client.last_auth = b""
     now = time.time()
     tokens = state.tokens
     verified = tokens.get(token_hash)
@@ -148,10 +148,10 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
         tokens.forget(token_hash)
         raise Refusal(401, reasons.TOKEN_EXPIRED, "the token has expired; read the projected token file again")
     if auth is not None:
-        client._auth, client._token_hash = auth, token_hash
-    if verified is not client._verified:  # the capabilities label, joined once per token, not per request
-        client._verified, client._verified_caps = verified, ",".join(sorted(verified.capabilities))
-    client.capabilities = client._verified_caps
+        client.last_auth, client.last_token_hash = auth, token_hash
+    if verified is not client.last_verified:  # the capabilities label, joined once per token, not per request
+        client.last_verified, client.last_capabilities = verified, ",".join(sorted(verified.capabilities))
+    client.capabilities = client.last_capabilities
     watch = b"watch" in target and is_watch(target)
     upstream_target = state.api_prefix + target
     exchanged = state.exchange.cached(peer.connector_id, token_hash)

@@ -30,7 +30,7 @@ class PeerConnections:
         """`proto` (an HTTP protocol of the entrance) serves the peer of `fp` until it calls `tls.connection_ended`."""
         proto.peering_fp = fp
         self._by_fp.setdefault(fp, set()).add(proto)
-        proto._peering_on_lost = self.untrack
+        proto.peering_on_lost = self.untrack
 
     def untrack(self, proto: Any) -> None:
         conns = self._by_fp.get(proto.peering_fp)

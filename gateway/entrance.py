@@ -35,7 +35,7 @@ _PEER_PREFIX = PEER_PREFIX.encode()
 class EntranceProtocol(asyncio.Protocol):
     """One mTLS client connection of the entrance, served on raw bytes until a request needs the aiohttp path."""
 
-    __slots__ = ("state", "fallback", "transport", "peering_fp", "_peering_on_lost", "reader", "client", "busy",
+    __slots__ = ("state", "fallback", "transport", "peering_fp", "peering_on_lost", "reader", "client", "busy",
                  "relay", "task", "close_after", "last", "timer", "paused", "reading_paused", "code", "method",
                  "path", "start", "watch", "handed", "head", "retried")
 
@@ -44,7 +44,7 @@ class EntranceProtocol(asyncio.Protocol):
         self.fallback = fallback
         self.transport: Any = None
         self.peering_fp: str | None = None
-        self._peering_on_lost: Callable | None = None
+        self.peering_on_lost: Callable | None = None
         limits = state.limits
         self.reader = RequestHeadReader(max_head_bytes=limits.max_header_bytes, max_headers=limits.max_headers,
                                         handover_prefix=_PEER_PREFIX)
@@ -148,7 +148,7 @@ class EntranceProtocol(asyncio.Protocol):
             self.timer.cancel()
             self.timer = None
         proto: Any = self.fallback()
-        self._peering_on_lost = None
+        self.peering_on_lost = None
         connections.untrack(self)
         transport, self.transport = self.transport, None
         if self.reading_paused:

@@ -37,7 +37,7 @@ def parse_error_status(status: int, exc: BaseException | None) -> tuple[int, str
     if isinstance(exc, BadHttpMessage):
         return 400, reasons.MALFORMED_REQUEST, "the request is not valid HTTP/1.1: " + text[:200]
     if status == 500:
-        return 500, "InternalError", "the gateway failed to answer this request; it is logged"
+        return 500, reasons.INTERNAL_ERROR, "the gateway failed to answer this request; it is logged"
     return status, reasons.MALFORMED_REQUEST, "the request is not valid HTTP/1.1"
 
 
@@ -45,7 +45,7 @@ class HTTPProtocol(web_protocol.RequestHandler):
     """One HTTP/1.1 connection. `peering_fp` is the client certificate fingerprint on the entrance."""
 
     peering_fp: str | None = None
-    _peering_on_lost: Callable[["HTTPProtocol"], None] | None = None
+    peering_on_lost: Callable[["HTTPProtocol"], None] | None = None
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:

@@ -288,8 +288,8 @@ class _ServerTLS(TLSStream):
 
 def connection_ended(protocol: Any) -> None:
     """What an HTTP protocol made by a TLSAcceptor owes when its connection ends, once: the gateway's tracking of
-    the peer's connections (`_peering_on_lost`). The listener counts the connection off itself."""
-    on_lost, protocol._peering_on_lost = protocol._peering_on_lost, None
+    the peer's connections (`peering_on_lost`). The listener counts the connection off itself."""
+    on_lost, protocol.peering_on_lost = protocol.peering_on_lost, None
     if on_lost is not None:
         on_lost(protocol)
 

@@ -1,7 +1,8 @@
-"""kubectl through the entrance against the lab's API server emulator and Dex: the whole entrance path for real.
+"""kubectl through the entrance against the lab's API server (the emulator, and a real kube-apiserver) and Dex:
+the whole entrance path for real.
 
 kubectl presents the peer's client certificate and a ServiceAccount token of the peer's issuer; the gateway
-verifies it, exchanges it at the lab's Dex (which names the user with the peer's prefix), and the emulator
+verifies it, exchanges it at the lab's Dex (which names the user with the peer's prefix), and the API server
 authenticates the exchanged ID token over OIDC and authorizes it with RBAC.
 """
 
@@ -19,6 +20,7 @@ from tests.gateway.support import ENTRANCE_HOST, ISSUER, PEER_UUID, Handlers, b6
 from gateway.config import GatewayConfig
 from gateway.registry import Registry
 from gateway.server import Gateway
+from lab.testing import apiserver_backends
 
 KUBECTL = str(Path(sys.executable).with_name("kubectl"))
 USER = f"peering:{PEER_UUID}:system:serviceaccount:mod:controller"
@@ -40,10 +42,11 @@ def _registry(pki, issuer_key, cluster_uuid: str) -> Registry:
                                  capabilities=[cap], generation=1)
 
 
-@pytest.fixture
-async def lab_cluster(tmp_path):
+@pytest.fixture(params=apiserver_backends())
+async def lab_cluster(request, tmp_path):
+    """Cluster a on the lab's emulator, or on a real kube-apiserver trusting the lab's Dex as Deckhouse's does."""
     from lab.testing import lab_clusters
-    async with lab_clusters(tmp_path / "lab", ["a"], peering_command=None) as lab:
+    async with lab_clusters(tmp_path / "lab", ["a"], peering_command=None, apiserver=request.param) as lab:
         yield lab["a"]
 
 

@@ -83,8 +83,10 @@ def test_every_gateway_module_is_used_by_product_code():
     assert unused == [], f"modules nothing imports: {unused}"
 
 
-@pytest.mark.parametrize("name", ["gateway.entrance", "gateway.relay", "gateway.listeners", "gateway.proxy"])
-def test_the_request_paths_touch_no_private_member_of_another_object(name):
+@pytest.mark.parametrize("name", ["gateway.entrance", "gateway.relay", "gateway.listeners", "gateway.proxy",
+                                  "gateway.admission", "gateway.connections", "gateway.state", "gateway.dataplane",
+                                  "gateway.server", "gateway.worker"])
+def test_the_request_paths_and_the_composition_touch_no_private_member_of_another_object(name):
     offending = []
     for node in ast.walk(ast.parse(MODULES[name].read_text())):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
@@ -92,3 +94,23 @@ def test_the_request_paths_touch_no_private_member_of_another_object(name):
             if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
                 offending.append(f"line {node.lineno}: {ast.unparse(node)}")
     assert offending == []
+
+
+def test_every_test_the_threat_table_names_exists():
+    readme = (PACKAGE / "README.md").read_text()
+    table = readme[readme.index("## Threats and the tests that cover them"):]
+    named = set()
+    for line in table.splitlines():
+        if line.startswith("|"):
+            for ref in line.rsplit("|", 2)[-2].split(","):
+                ref = ref.strip()
+                if "::" in ref:
+                    named.add(ref)
+    assert len(named) > 20
+    missing = []
+    for ref in sorted(named):
+        module, test = ref.split("::")
+        path = ROOT / "tests" / "gateway" / f"{module}.py"
+        if not path.exists() or f"def {test}(" not in path.read_text():
+            missing.append(ref)
+    assert missing == []

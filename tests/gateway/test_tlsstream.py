@@ -45,7 +45,7 @@ class App(asyncio.Protocol):
         self.got = asyncio.Event()
         self.paused_writing = asyncio.Event()
         self.resumed_writing = asyncio.Event()
-        self._peering_on_lost = None  # what a gateway protocol owes (tls.connection_ended)
+        self.peering_on_lost = None  # what a gateway protocol owes (tls.connection_ended)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
