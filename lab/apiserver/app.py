@@ -421,6 +421,9 @@ class ApiServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:
             return await self._serve(request)
+        except errors.PageNotFound:
+            return web.Response(status=404, text="404 page not found\n", content_type="text/plain",
+                                headers={"X-Content-Type-Options": "nosniff"})
         except errors.ApiError as exc:
             return _json_response(exc.status(), exc.code)
         except (ConnectionResetError, asyncio.CancelledError):
@@ -563,7 +566,7 @@ class ApiServer:
     def _resource_info(self, info: RequestInfo) -> ResourceInfo:
         res = self.registry.get(info.group, info.version, info.plural)
         if res is None:
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.PageNotFound()
         if res.namespaced and info.namespace is None and (info.name or info.verb == "create"):
             raise errors.ApiError(404, "NotFound", f"{info.plural} is namespaced: name the namespace in the path "
                                                    f"(/namespaces/<ns>/{info.plural}/{info.name})")
@@ -702,7 +705,7 @@ class ApiServer:
         ns = info.namespace if res.namespaced else None
         objs = self.store.list(res.key, ns)
         lp = label_predicate(query.get("labelSelector"))
-        fp = field_predicate(query.get("fieldSelector"), res.group, res.plural)
+        fp = field_predicate(query.get("fieldSelector"), res.group, res.plural, res.custom)
         if lp or fp:
             objs = [o for o in objs if (lp is None or lp(o)) and (fp is None or fp(o))]
         return objs
@@ -714,7 +717,7 @@ class ApiServer:
         try:
             limit = int(limit_text) if limit_text else 0
         except ValueError:
-            raise errors.bad_request(f'limit "{limit_text}" is not a number')
+            raise errors.bad_request(f'strconv.ParseInt: parsing "{limit_text}": invalid syntax')
         if token:
             try:
                 state = json.loads(base64.urlsafe_b64decode(token.encode()))
@@ -739,7 +742,9 @@ class ApiServer:
                 self._snapshots.popitem(last=False)
         meta["continue"] = base64.urlsafe_b64encode(
             json.dumps({"id": snapshot_id, "offset": offset + limit}).encode()).decode()
-        meta["remainingItemCount"] = len(objs) - offset - limit
+        if not query.get("labelSelector") and not query.get("fieldSelector"):
+            # With a selector kube-apiserver cannot know how many items are left, and says nothing.
+            meta["remainingItemCount"] = len(objs) - offset - limit
         return objs[offset:offset + limit], meta
 
     def _respond_objects(self, request: web.Request, res: ResourceInfo, objs: list[dict], single: bool,
@@ -754,6 +759,9 @@ class ApiServer:
             return _json_response(out)
         if single:
             return _json_response(objs[0])
+        if not res.custom:
+            # A built-in list is typed: its items carry no apiVersion and kind (custom resources' items do).
+            objs = [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in objs]
         return _json_response({"kind": res.kind + "List", "apiVersion": res.group_version,
                                "metadata": list_meta, "items": objs})
 
@@ -927,7 +935,7 @@ class ApiServer:
         query = request.query
         ns = info.namespace if res.namespaced else None
         lp = label_predicate(query.get("labelSelector"))
-        fp = field_predicate(query.get("fieldSelector"), res.group, res.plural)
+        fp = field_predicate(query.get("fieldSelector"), res.group, res.plural, res.custom)
         if info.name:   # GET /watch/.../name, the deprecated form
             fp_name = field_predicate(f"metadata.name={info.name}")
             fp = fp_name if fp is None else (lambda o, a=fp, b=fp_name: a(o) and b(o))
@@ -937,10 +945,24 @@ class ApiServer:
                 return (lp is None or lp(o)) and (fp is None or fp(o))
         rv_text = query.get("resourceVersion", "")
         send_initial = query.get("sendInitialEvents") == "true"
+        match = query.get("resourceVersionMatch", "")
+        problems = []
+        if "sendInitialEvents" in query and match != "NotOlderThan":
+            problems.append(validation.cause("FieldValueForbidden", "resourceVersionMatch",
+                                             "Forbidden: sendInitialEvents requires setting resourceVersionMatch to "
+                                             "NotOlderThan"))
+        if match and match != "NotOlderThan":
+            problems.append(validation.cause("FieldValueNotSupported", "resourceVersionMatch",
+                                             f'Unsupported value: {json.dumps(match)}: supported values: '
+                                             '"NotOlderThan"'))
+        if problems:
+            raise errors.invalid("ListOptions", "meta.k8s.io", "", problems)
         try:
             rv = int(rv_text) if rv_text else None
         except ValueError:
-            raise errors.bad_request(f'resourceVersion "{rv_text}" is not a number; pass one from a list or watch')
+            # kube-apiserver's own answer: a 500 without a reason (the storage layer's parse error).
+            raise errors.ApiError(500, None, f'resourceVersion: Invalid value: "{rv_text}": strconv.ParseUint: '
+                                             f'parsing "{rv_text}": invalid syntax')
         bookmarks = query.get("allowWatchBookmarks") == "true"
         timeout = query.get("timeoutSeconds")
         deadline = None
@@ -967,7 +989,8 @@ class ApiServer:
             return resp
         self._watchers.add(w)
         columns_sent = False
-        initial_pending = w.queue.qsize() if send_initial else -1
+        # The end of the initial events is a bookmark, sent only to a client that takes bookmarks.
+        initial_pending = w.queue.qsize() if send_initial and bookmarks else -1
 
         def encode(kind: str, obj: dict) -> bytes:
             nonlocal columns_sent

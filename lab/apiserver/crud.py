@@ -266,6 +266,7 @@ class Objects:
         self.registry.remove_group_resource(group, plural)
         for info in resources_of_crd(crd, sensitive.sensitive_paths):
             self.registry.add(info)
+        self.store.start_history((group, plural))
 
     def unregister_crd(self, crd: dict) -> None:
         group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]

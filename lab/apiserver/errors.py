@@ -27,7 +27,8 @@ class ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str, details: dict | None = None) -> None:
         super().__init__(message)
         self.code = code
-        self.reason = reason or _DEFAULT_REASONS.get(code, "Unknown")
+        # None: the Status carries no reason at all (kube-apiserver's answer to some internal errors).
+        self.reason = "" if reason is None else reason or _DEFAULT_REASONS.get(code, "Unknown")
         self.message = message
         self.details = details
 
@@ -41,6 +42,8 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        if not self.reason:
+            del out["reason"]
         if self.details is not None:
             out["details"] = self.details
         return out
@@ -103,6 +106,14 @@ def invalid(kind: str, group: str, name: str, causes: list[dict]) -> ApiError:
     joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
     return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {joined}',
                     details(name, group, kind, causes=causes))
+
+
+class PageNotFound(ApiError):
+    """A path no handler serves (an unknown resource or group): kube-apiserver's mux answers it in plain text,
+    `404 page not found`, not with a Status."""
+
+    def __init__(self) -> None:
+        super().__init__(404, "NotFound", "404 page not found")
 
 
 def gone(message: str) -> ApiError:

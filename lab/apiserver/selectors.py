@@ -112,8 +112,10 @@ _EXTRA_FIELDS = {
 }
 
 
-def field_predicate(selector: str | None, group: str = "", plural: str = "") -> Callable[[dict], bool] | None:
-    """Parse `metadata.name=x,metadata.namespace!=y`; an unsupported field is a 400 like kube-apiserver's."""
+def field_predicate(selector: str | None, group: str = "", plural: str = "",
+                    custom: bool = False) -> Callable[[dict], bool] | None:
+    """Parse `metadata.name=x,metadata.namespace!=y`; an unsupported field is a 400 like kube-apiserver's (whose
+    words differ between custom resources and built-ins)."""
     if not selector or not selector.strip():
         return None
     allowed = _COMMON_FIELDS | _EXTRA_FIELDS.get((group, plural), set())
@@ -123,12 +125,15 @@ def field_predicate(selector: str | None, group: str = "", plural: str = "") -> 
             if op in part:
                 key, value = part.split(op, 1)
                 key = key.strip()
-                if key not in allowed:
+                if key not in allowed and custom:
                     raise bad_request(f'field label not supported: {key}')
+                if key not in allowed:
+                    known = ", ".join(f'"{f}"' for f in sorted(allowed))
+                    raise bad_request(f'"{key}" is not a known field selector: only {known}')
                 reqs.append((key, positive, value.strip()))
                 break
         else:
-            raise bad_request(f'invalid field selector "{selector}": each term must be key=value or key!=value')
+            raise bad_request(f"invalid selector: '{selector}'; can't understand '{part}'")
 
     def match(obj: dict) -> bool:
         return all((_field_value(obj, k) == v) == positive for k, positive, v in reqs)

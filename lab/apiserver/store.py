@@ -192,6 +192,12 @@ class Store:
             listener(key, ev)
         return gone
 
+    def start_history(self, key: tuple[str, str]) -> None:
+        """A resource is served from now on (its CRD was made or changed): like kube-apiserver's watch cache,
+        which starts from a list at this moment, a watch from an earlier resourceVersion is too old (410)."""
+        c = self.collection(key)
+        c.truncated_rv = max(c.truncated_rv, self.current_rv)
+
     def drop_collection(self, key: tuple[str, str]) -> list[dict]:
         """Remove every object of a resource (its CRD went away); watchers see them DELETED."""
         c = self._collections.get(key)
@@ -211,7 +217,7 @@ class Store:
         backlog: list[tuple[str, dict]] = []
         if resource_version is not None and resource_version > 0:
             if resource_version < c.truncated_rv:
-                raise errors.gone(f"too old resource version: {resource_version} ({c.truncated_rv + 1})")
+                raise errors.gone(f"too old resource version: {resource_version} ({c.truncated_rv})")
             for ev in c.history:
                 if ev.rv > resource_version:
                     item = w.translate(ev)

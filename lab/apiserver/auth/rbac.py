@@ -416,10 +416,8 @@ def forbidden(user: UserInfo, attrs: Attributes, reason: str = "") -> ApiError:
         text = f"{qualified} is forbidden: {msg}"
     else:
         text = f'{qualified} "{attrs.name}" is forbidden: {msg}'
-    details = {"group": attrs.api_group, "kind": resource}
-    if attrs.name:
-        details["name"] = attrs.name
-    return ApiError(403, "Forbidden", text, details)
+    from lab.apiserver.errors import details
+    return ApiError(403, "Forbidden", text, details(attrs.name or "", attrs.api_group, resource))
 
 
 # --- bootstrap policy ----------------------------------------------------------------------------------------
