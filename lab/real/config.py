@@ -12,9 +12,11 @@ module, the flags are those of a Deckhouse control plane (control-plane-manager 
   `OwnerReferencesPermissionEnforcement` (Deckhouse);
 - ServiceAccount issuer `https://kubernetes.default.svc.cluster.local` (every default Deckhouse cluster's, so
   every lab cluster shares it) with a key pair per cluster, `--api-audiences` the issuer, TokenRequest on;
-- kube-controller-manager with only `garbage-collector-controller` and `namespace-controller`: the two controllers whose work the
-  module sees (owned objects deleted after their owner, a namespace's contents deleted before it goes). Each runs
-  with its own ServiceAccount's credentials, as kubeadm sets `--use-service-account-credentials`.
+- kube-controller-manager with only `garbage-collector-controller` and `namespace-controller`, the two controllers
+  whose work the module sees (owned objects deleted after their owner, a namespace's contents deleted before it
+  goes), and `clusterrole-aggregation-controller` (the bootstrap `view`, `edit`, `admin` and every aggregated
+  ClusterRole get their rules from it). Each runs with its own ServiceAccount's credentials, as kubeadm sets
+  `--use-service-account-credentials`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # Deckhouse's default serviceSubnetCIDR.
 SERVICE_CLUSTER_IP_RANGE = "10.222.0.0/16"
 DEX_AUDIENCE = "kubernetes"
-CONTROLLERS = ("garbage-collector-controller", "namespace-controller")
+# The garbage collector and namespace lifecycle, whose work the module sees, and ClusterRole aggregation: without
+# it the bootstrap roles `view`, `edit` and `admin` (and every role made of `aggregationRule`) grant nothing.
+CONTROLLERS = ("garbage-collector-controller", "namespace-controller", "clusterrole-aggregation-controller")
 ADMISSION_PLUGINS = ("NodeRestriction", "OwnerReferencesPermissionEnforcement")
 # The user-authn extras of Deckhouse's template: `name` is required (a token without it fails), the others are
 # taken when present.

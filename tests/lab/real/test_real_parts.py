@@ -78,7 +78,7 @@ def test_the_command_lines_bind_loopback_and_say_what_deckhouse_says(tmp_path):
     assert "--api-audiences=https://kubernetes.default.svc.cluster.local" in api
     assert not any(a.startswith(("--oidc-", "--insecure-port", "--anonymous-auth")) for a in api)
     kcm = config.controller_manager_args(files, 10257, "a")
-    assert "--controllers=garbage-collector-controller,namespace-controller" in kcm and "--bind-address=127.0.0.1" in kcm
+    assert "--controllers=garbage-collector-controller,namespace-controller,clusterrole-aggregation-controller" in kcm and "--bind-address=127.0.0.1" in kcm
     etcd = config.etcd_args("a", files, 2379, 2380)
     urls = [a.split("=", 1)[1] for a in etcd if a.startswith(("--listen-", "--advertise-", "--initial-advertise"))]
     assert urls and all("//127.0.0.1:" in u for u in urls)
