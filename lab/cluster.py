@@ -325,11 +325,10 @@ class LabCluster:
             self.name, self.path("control-plane"), pki=self.pki,
             jwt_issuer=JWTIssuer(self.dex_issuer, self.pki.public_ca.cert_pem),
             resolve={certs.dex_host(self.name): f"127.0.0.1:{self.dex.port}"})
-        await self.control_plane.start()
         docs = crd_documents()
+        await self.control_plane.start(crds=[doc for name, doc in docs.items() if name not in self.without_crds])
         self.api = HttpApi(self.name, self.control_plane.url, self.pki.public_ca.cert_pem, self.pki.admin,
                            crd_documents=docs)
-        await self.control_plane.install_crds([doc for name, doc in docs.items() if name not in self.without_crds])
         await self._start_balancers()
         await self.seed()
 

@@ -128,7 +128,7 @@ class TokenIssuer:
 
     def jwks(self) -> dict:
         """What the cluster serves at /openid/v1/jwks (kube-apiserver's own: it cannot be replaced)."""
-        return self._api.request("GET", "/openid/v1/jwks")
+        return self._api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json")
 
 
 class HttpApi:

@@ -187,6 +187,8 @@ class RealControlPlane:
         self.ports: dict[str, int] = {}
         self._discovery: dict[tuple[str, str], tuple[str, bool]] = {}
         self.startup_seconds: dict[str, float] = {}
+        # Where install_crds took Deckhouse's x-kubernetes-sensitive-data out of the CRDs given to start().
+        self.stripped: list[str] = []
 
     # --- what the lab reads ---
 
@@ -239,9 +241,13 @@ class RealControlPlane:
 
     # --- start and stop ---
 
-    async def start(self, timeout: float = START_TIMEOUT) -> None:
+    async def start(self, timeout: float = START_TIMEOUT, *, crds: Iterable[os.PathLike | str | Mapping] = ()) -> None:
         """Start every process in order and return once each is ready; on failure, stop what started and raise
-        StartError quoting the log of the one that failed."""
+        StartError quoting the log of the one that failed.
+
+        `crds` are installed (`install_crds`) before kube-controller-manager starts, as on a cluster whose CRDs
+        long exist: its garbage collector reads discovery at start and then only every 30 s, so a CRD installed
+        after it started has its objects' dependents collected only from that next reading on."""
         bins = self.binaries
         deadline = time.monotonic() + timeout
         self._write_files()
@@ -262,6 +268,11 @@ class RealControlPlane:
                 self._apiserver_ready)
             self.startup_seconds["kube-apiserver"] = round(time.monotonic() - t1, 2)
             self._write_kubeconfigs()
+            crds = list(crds)
+            if crds:
+                tc = time.monotonic()
+                self.stripped = await self.install_crds(crds)
+                self.startup_seconds["crds"] = round(time.monotonic() - tc, 2)
             t2 = time.monotonic()
             await self._start_with_ports("kube-controller-manager", ("controller-manager",), deadline, lambda: [
                 str(bins.kube_controller_manager), *controller_manager_args(

@@ -17,7 +17,7 @@ from control.config import ControlSettings, KubeSettings, Settings
 from control.kube import KubeSession
 from control.process import Runtime
 from gateway.resolve import OverrideResolver
-from lab.testing import lab_clusters
+from lab.testing import apiserver_backends, lab_clusters
 from tests.control.conftest import FakeClock
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "e2e"))
@@ -40,9 +40,10 @@ class Sink:
         pass
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def world(tmp_path_factory):
-    async with lab_clusters(tmp_path_factory.mktemp("lab"), ["x"], peering_command=None) as lab:
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
+async def world(request, tmp_path_factory):
+    async with lab_clusters(tmp_path_factory.mktemp("lab"), ["x"], peering_command=None,
+                            apiserver=request.param) as lab:
         x = lab["x"]
         resolve = x.process_resolve()
         settings = Settings(public_domain_template="%s.x.lab",

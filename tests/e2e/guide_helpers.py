@@ -18,6 +18,7 @@ import pytest
 
 from lab.cluster import peering_executable
 from lab.demo import LabThread, Story
+from lab.testing import apiserver_backends, real_binaries_or_skip
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -76,19 +77,21 @@ def peering_pids(lab: LabThread) -> list[int]:
     return [c.process.pid for c in lab.lab.clusters.values() if c.process is not None]
 
 
-@pytest.fixture
-def guide_lab(tmp_path) -> Iterator[LabThread]:
-    """Clusters a and b, each with the chart's objects and the real peering process; stopped afterwards, and
-    every process they started must be gone then."""
+@pytest.fixture(params=apiserver_backends())
+def guide_lab(request, tmp_path) -> Iterator[LabThread]:
+    """Clusters a and b, each with the chart's objects and the real peering process, on the emulator or on real
+    kube-apiservers; stopped afterwards, and every process they started must be gone then."""
+    if request.param == "real":
+        real_binaries_or_skip()
     started: set[int] = set()
-    lab = LabThread(tmp_path / "lab", ["a", "b"])
+    lab = LabThread(tmp_path / "lab", ["a", "b"], apiserver=request.param)
     with lab:
         try:
             yield lab
         finally:
             started.update(peering_pids(lab))
     left = {pid: cmd for pid, cmd in children(os.getpid()).items()
-            if "peering" in cmd or "kubectl" in cmd or pid in started}
+            if "peering" in cmd or "kubectl" in cmd or "kube-" in cmd or "etcd" in cmd or pid in started}
     assert not left, f"processes left behind by the lab: {left}"
 
 
