@@ -201,9 +201,14 @@ class LabCluster:
     """One lab cluster. `start()` starts it alone; `Lab` starts several that know each other's names."""
 
     def __init__(self, name: str, dir: os.PathLike | str, *, peering_command: PeeringCommand | None = default_peering_command,
-                 ready_timeout: float = READY_TIMEOUT, without_crds=(), apiserver: str = "emulator") -> None:
+                 ready_timeout: float = READY_TIMEOUT, without_crds=(), apiserver: str = "emulator",
+                 api_front: bool = False) -> None:
         check_cluster_name(name)
         self.apiserver = check_apiserver(apiserver)
+        # On the real backend: the peering process reaches kube-apiserver through lab/apifront.py, so that a test
+        # can replace the keys the cluster publishes (`api.sa_issuer.jwks = ...`), as on the emulator.
+        self.api_front = api_front
+        self.front: Any = None
         # CRDs this cluster starts without (e.g. projects.deckhouse.io: no multitenancy-manager); install_crd adds
         # one later.
         self.without_crds = check_crd_names(without_crds)
@@ -329,6 +334,13 @@ class LabCluster:
         await self.control_plane.start(crds=[doc for name, doc in docs.items() if name not in self.without_crds])
         self.api = HttpApi(self.name, self.control_plane.url, self.pki.public_ca.cert_pem, self.pki.admin,
                            crd_documents=docs)
+        if self.api_front:
+            from lab.apifront import ApiFront
+
+            self.front = ApiFront(self.api, self.control_plane.url, certs.client_ssl_context(self.pki.public_ca.cert_pem),
+                                  certs.server_ssl_context(self.pki.api))
+            await self.front.start()
+            self.api.front = self.front
         await self._start_balancers()
         await self.seed()
 
@@ -465,7 +477,7 @@ class LabCluster:
         if self.userauthn is not None:
             await self.userauthn.stop()
             self.userauthn = None
-        for part in (self.egress_svc, self.entrance_lb, self.ingress):
+        for part in (self.egress_svc, self.entrance_lb, self.ingress, self.front):
             if part is not None:
                 await part.stop()
         if self.control_plane is not None:
@@ -546,7 +558,8 @@ class LabCluster:
         # JSON, which every YAML reader reads the same: Go's YAML 1.1 takes an unquoted cluster name `y`, `n`, `on`
         # or `off` for a boolean, and PyYAML does not quote them.
         _write(self.path("kubeconfig"), json.dumps(admin, indent=2))
-        peering = kubeconfig(self.name, server, self.pki.public_ca.cert_pem, tls_name, {"token": self._peering_token})
+        peering = kubeconfig(self.name, self.front.url if self.front is not None else server, self.pki.public_ca.cert_pem,
+                             tls_name, {"token": self._peering_token})
         _write(self.path("peering-kubeconfig"), json.dumps(peering, indent=2))
 
     def info(self) -> dict:
@@ -602,9 +615,11 @@ class Lab:
     """Several lab clusters that resolve and trust each other's public names."""
 
     def __init__(self, dir: os.PathLike | str, names: list[str], *, peering_command: PeeringCommand | None = default_peering_command,
-                 ready_timeout: float = READY_TIMEOUT, without_crds=(), apiserver: str = "emulator") -> None:
+                 ready_timeout: float = READY_TIMEOUT, without_crds=(), apiserver: str = "emulator",
+                 api_front: bool = False) -> None:
         """without_crds: CRD names every cluster starts without, or a mapping of cluster name to such names.
-        apiserver: "emulator" (in this process) or "real" (etcd, kube-apiserver, kube-controller-manager)."""
+        apiserver: "emulator" (in this process) or "real" (etcd, kube-apiserver, kube-controller-manager).
+        api_front: on the real backend, the peering processes reach kube-apiserver through lab/apifront.py."""
         check_apiserver(apiserver)
         self.apiserver = apiserver
         if len(set(names)) != len(names) or not names:
@@ -618,7 +633,7 @@ class Lab:
             per_cluster = {n: list(without_crds) for n in names}
         self.dir = pathlib.Path(dir)
         self.clusters = {n: LabCluster(n, self.dir, peering_command=peering_command, ready_timeout=ready_timeout,
-                                       without_crds=per_cluster[n], apiserver=apiserver)
+                                       without_crds=per_cluster[n], apiserver=apiserver, api_front=api_front)
                          for n in names}
 
     def __getitem__(self, name: str) -> LabCluster:

@@ -126,8 +126,15 @@ class TokenIssuer:
                                  {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
         return body["status"]["token"], body["status"]["expirationTimestamp"]
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "jwks" and getattr(self._api, "front", None) is None:
+            raise AttributeError("a real kube-apiserver serves its own keys at /openid/v1/jwks: start the lab with "
+                                 "api_front=True to replace them for its peering processes (lab/apifront.py)")
+        object.__setattr__(self, name, value)
+
     def jwks(self) -> dict:
-        """What the cluster serves at /openid/v1/jwks (kube-apiserver's own: it cannot be replaced)."""
+        """What the cluster serves at /openid/v1/jwks; replaced (`sa_issuer.jwks = lambda: {...}`) only in what
+        lab/apifront.py answers the peering process, for a lab started with api_front=True."""
         return self._api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json")
 
 
@@ -153,6 +160,8 @@ class HttpApi:
         self._discovered = False
         self.crd_documents: dict[str, dict] = dict(crd_documents or {})
         self.registry = _Registry(self)
+        # lab/apifront.py, when the lab cluster puts one before its peering process.
+        self.front: Any = None
         self.sa_issuer = TokenIssuer(self)
 
     def close(self) -> None:

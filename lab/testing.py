@@ -40,15 +40,16 @@ KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
 async def lab_clusters(dir: pathlib.Path, names: list[str], *,
                        peering_command: PeeringCommand | None = default_peering_command,
                        ready_timeout: float = READY_TIMEOUT, without_crds=(),
-                       apiserver: str = "emulator") -> AsyncIterator[Lab]:
+                       apiserver: str = "emulator", api_front: bool = False) -> AsyncIterator[Lab]:
     """Started clusters in this event loop; all stopped on exit, also when the body fails.
 
     without_crds: CRD names every cluster starts without, or {cluster: names} (see `Lab`).
-    apiserver: "emulator" or "real" (see `apiserver_backends`)."""
+    apiserver: "emulator" or "real" (see `apiserver_backends`); api_front: on the real backend, the peering
+    processes reach kube-apiserver through lab/apifront.py, so that `api.sa_issuer.jwks` can be replaced."""
     if apiserver == "real":
         real_binaries_or_skip()
     lab = Lab(dir, names, peering_command=peering_command, ready_timeout=ready_timeout, without_crds=without_crds,
-              apiserver=apiserver)
+              apiserver=apiserver, api_front=api_front)
     await lab.start()
     try:
         yield lab

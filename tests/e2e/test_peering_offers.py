@@ -38,8 +38,9 @@ def _setup(cluster) -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
 async def lab(request, tmp_path_factory):
+    # api_front: b's published keys are replaced below; a real kube-apiserver's only in what the front answers.
     async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command,
-                            apiserver=request.param) as lab:
+                            apiserver=request.param, api_front=True) as lab:
         a, b = lab["a"], lab["b"]
         for cluster in (a, b):
             _setup(cluster)
