@@ -20,6 +20,7 @@ from typing import AsyncIterator, Iterable
 
 import yaml
 from aiohttp import web
+from multidict import CIMultiDict
 
 from lab.apiserver import conversion, discovery, errors, events, patch, protobuf, table, validation
 from lab.apiserver.authcache import AuthCache
@@ -57,7 +58,53 @@ def _dump(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def _json_response(obj, status: int = 200, headers: dict | None = None) -> web.Response:
+class _Body(dict):
+    """A decoded object with the warnings its decoding gave."""
+
+    def __init__(self, obj: dict, warnings: list[str]) -> None:
+        super().__init__(obj)
+        self._warnings = list(warnings)
+
+    def pop_warnings(self) -> list[str]:
+        out, self._warnings = self._warnings, []
+        return out
+
+
+class _Pairs(dict):
+    """A JSON object as decoded, with the keys it named more than once."""
+
+    repeated: tuple[str, ...] = ()
+
+
+def _pairs_hook(pairs):
+    obj = _Pairs(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        obj.repeated = tuple(dict.fromkeys(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
+def _duplicate_paths(value, path: str = "") -> list[str]:
+    out = []
+    if isinstance(value, dict):
+        out += [f"{path}.{k}" if path else k for k in getattr(value, "repeated", ())]
+        for k, v in value.items():
+            out += _duplicate_paths(v, f"{path}.{k}" if path else k)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _duplicate_paths(v, f"{path}[{i}]")
+    return out
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _json_response(obj, status: int = 200, headers=None) -> web.Response:
     return web.Response(body=_dump(obj), status=status, content_type="application/json", headers=headers)
 
 
@@ -615,11 +662,31 @@ class ApiServer:
         except (ValueError, yaml.YAMLError) as exc:
             raise errors.bad_request(f"the body is not valid {'YAML' if 'yaml' in ctype else 'JSON'}: {exc}")
 
+    async def _decoded_body(self, request: web.Request, res: ResourceInfo, field_validation: str) -> "_Body":
+        """The object of a create or update. A JSON object naming a field twice is refused under Strict field
+        validation, and warned of under Warn, as kube-apiserver's strict decoder does (the last value wins)."""
+        raw = await request.read()
+        if request.content_type in ("application/json", "") and raw:
+            try:
+                body = json.loads(raw, object_pairs_hook=_pairs_hook)
+            except ValueError:
+                body = None
+            if isinstance(body, dict):
+                found = [f'duplicate field "{d}"' for d in _duplicate_paths(body)]
+                if found and field_validation == "Strict":
+                    raise errors.bad_request(f"{validation.decoding_prefix(res)}strict decoding error: "
+                                             + ", ".join(found))
+                return _Body(_plain(body), found if field_validation == "Warn" else [])
+        body = await self._body(request)
+        return _Body(body, []) if isinstance(body, dict) else body
+
     @staticmethod
-    def _field_validation(query) -> str:
+    def _field_validation(query, options_kind: str = "PatchOptions") -> str:
         value = query.get("fieldValidation", "Warn") or "Warn"
         if value not in ("Strict", "Warn", "Ignore"):
-            raise errors.bad_request(f'fieldValidation "{value}" is not one of Strict, Warn, Ignore')
+            raise errors.invalid(options_kind, "meta.k8s.io", "", [validation.cause(
+                "FieldValueNotSupported", "fieldValidation", f"Unsupported value: {json.dumps(value)}: supported "
+                'values: "", "Ignore", "Strict", "Warn"')])
         return value
 
     @staticmethod
@@ -630,10 +697,9 @@ class ApiServer:
         return bool(values)
 
     @staticmethod
-    def _warnings_header(warnings: list[str]) -> dict:
-        if not warnings:
-            return {}
-        return {"Warning": ", ".join('299 - ' + json.dumps(w) for w in warnings)}
+    def _warnings_header(warnings: list[str]) -> CIMultiDict:
+        # One Warning header per warning, as kube-apiserver sends them.
+        return CIMultiDict(("Warning", "299 - " + json.dumps(w)) for w in warnings)
 
     async def _resource(self, request: web.Request, info: RequestInfo, user: UserInfo) -> web.StreamResponse:
         res = self._resource_info(info)
@@ -658,13 +724,15 @@ class ApiServer:
         if verb == "create":
             if info.name and not info.subresource:
                 raise errors.ApiError(405, "MethodNotAllowed", "POST goes to the collection, not to a named object")
-            body = await self._body(request)
+            fv = self._field_validation(query, "CreateOptions")
+            body = await self._decoded_body(request, res, fv)
             self._check_rbac_write(res, body, user, info.namespace)
-            obj, warnings = self.objects.create(res, body, info.namespace, self._field_validation(query),
-                                                self._dry_run(query))
-            return _json_response(self._masker(res, user, attrs)(obj), 201, self._warnings_header(warnings))
+            obj, warnings = self.objects.create(res, body, info.namespace, fv, self._dry_run(query))
+            return _json_response(self._masker(res, user, attrs)(obj), 201,
+                                  self._warnings_header(body.pop_warnings() + warnings))
         if verb == "update":
-            body = await self._body(request)
+            fv = self._field_validation(query, "UpdateOptions")
+            body = await self._decoded_body(request, res, fv)
             if info.subresource and info.subresource != "status":
                 raise errors.ApiError(405, "MethodNotAllowed", f"update is not supported on {info.subresource}")
             if info.subresource != "status":
@@ -677,8 +745,9 @@ class ApiServer:
                     "FieldValueInvalid", "metadata.resourceVersion", "Invalid value: 0: must be specified for an "
                     "update")])
             obj, warnings = self.objects.update(res, body, info.namespace, info.name, info.subresource or None,
-                                                self._field_validation(query), self._dry_run(query))
-            return _json_response(self._masker(res, user, attrs)(obj), 200, self._warnings_header(warnings))
+                                                fv, self._dry_run(query))
+            return _json_response(self._masker(res, user, attrs)(obj), 200,
+                                  self._warnings_header(body.pop_warnings() + warnings))
         if verb == "patch":
             return await self._patch(request, res, info, user, attrs)
         if verb == "delete":

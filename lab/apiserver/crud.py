@@ -368,7 +368,7 @@ class Objects:
                                      else [problem])
         if info.sensitive_paths:
             new = sensitive.restore(new, old, list(info.sensitive_paths))
-        new, warnings = validation.validate(info, new, old, field_validation)
+        new, warnings = validation.validate(info, new, old, field_validation, status_only=subresource == "status")
         new = conversion.to_storage(info, self._kind_rules(info, new, old))
         if info.has_generation and subresource != "status" and _spec_part(info, new) != _spec_part(info, stored):
             new["metadata"]["generation"] = int(old_meta.get("generation") or 1) + 1

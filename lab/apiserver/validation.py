@@ -47,6 +47,9 @@ def cause(reason: str, field: str, message: str) -> dict:
 
 
 def invalid_cause(field: str, value, detail: str) -> dict:
+    if isinstance(value, (dict, list)):
+        # kube-apiserver (apimachinery's field.Invalid) no longer prints a whole object or list as the value.
+        return cause("FieldValueInvalid", field, f"Invalid value: {detail}")
     return cause("FieldValueInvalid", field, f"Invalid value: {show(value)}: {detail}")
 
 
@@ -280,8 +283,16 @@ _TYPE_NAMES = {str: "string", bool: "boolean", int: "integer", float: "number", 
                type(None): "null"}
 
 
-def _error_to_cause(err: jsonschema.ValidationError) -> dict:
-    field = _field(err.absolute_path)
+def _error_to_cause(err: jsonschema.ValidationError, strip: str = "") -> dict:
+    full = _field(err.absolute_path)
+    c = _error_to_cause_at(err, full[len(strip):] if strip and full.startswith(strip) else full)
+    if c.get("field") is not None and strip and not c["field"].startswith(strip):
+        # The field names the whole object's path; only the words "X in body" are relative to the status.
+        c = dict(c, field=strip + c["field"] if c["field"] else strip.rstrip("."))
+    return c
+
+
+def _error_to_cause_at(err: jsonschema.ValidationError, field: str) -> dict:
     v = err.validator
     inst = err.instance
     if v == "required":
@@ -313,7 +324,8 @@ def _error_to_cause(err: jsonschema.ValidationError) -> dict:
     if v == "pattern":
         return invalid_cause(field, inst, f"{field} in body should match '{err.validator_value}'")
     if v == "format":
-        return invalid_cause(field, inst, f"{field} in body must be of type {err.validator_value}: {show(inst)}")
+        return cause("FieldValueTypeInvalid", field, f"Invalid value: {show(inst)}: {field} in body must be of type "
+                                                     f"{err.validator_value}: {show(inst)}")
     return invalid_cause(field, inst, err.message)
 
 
@@ -343,8 +355,34 @@ def _ratcheted(err: jsonschema.ValidationError, new: dict, old: dict) -> bool:
     return before is not _ABSENT and before == _at(new, keys)
 
 
-def schema_problems(obj: dict, schema: dict, old: dict | None = None) -> list[dict]:
-    """OpenAPI errors of `obj`; with `old` (an update), errors in values it did not change are ratcheted away."""
+# kube-openapi checks a value's string, number and list keywords in this order and stops at the first that fails
+# (one error per value and group); the groups' errors, and the type, enum and format checks, add up.
+_FIRST_ONLY = {k: g for g, keys in (("string", ("maxLength", "minLength", "pattern")),
+                                    ("number", ("multipleOf", "maximum", "exclusiveMaximum", "minimum",
+                                                "exclusiveMinimum")),
+                                    ("array", ("maxItems", "minItems", "uniqueItems")),
+                                    ("object", ("maxProperties", "minProperties"))) for k in keys}
+_ORDER = {k: i for i, k in enumerate(_FIRST_ONLY)}
+
+
+def _first_of_each_group(errs: list) -> list:
+    seen: dict[tuple, object] = {}
+    out = []
+    for e in errs:
+        group = _FIRST_ONLY.get(e.validator)
+        if group is None:
+            out.append(e)
+            continue
+        key = (tuple(e.absolute_path), group)
+        if key not in seen or _ORDER[e.validator] < _ORDER[seen[key].validator]:
+            seen[key] = e
+    return out + list(seen.values())
+
+
+def schema_problems(obj: dict, schema: dict, old: dict | None = None, *, status_only: bool = False) -> list[dict]:
+    """OpenAPI errors of `obj`; with `old` (an update), errors in values it did not change are ratcheted away.
+    `status_only`: a write through /status, which kube-apiserver validates against the status schema alone, so
+    its messages name fields from there ("conditions[0].status in body ...")."""
     body = {k: v for k, v in obj.items() if k != "metadata"}
     sch = dict(schema)
     if "properties" in sch:
@@ -354,10 +392,14 @@ def schema_problems(obj: dict, schema: dict, old: dict | None = None) -> list[di
         if not sch["required"]:
             del sch["required"]
     validator = _validator(json.dumps(sch, sort_keys=True))
-    errs = sorted(validator.iter_errors(body), key=lambda e: list(map(str, e.absolute_path)))
+    # kube-apiserver's own order is Go map order, not stable; this one is (by path).
+    errs = sorted(_first_of_each_group(list(validator.iter_errors(body))),
+                  key=lambda e: list(map(str, e.absolute_path)))
     if old is not None:
         errs = [e for e in errs if not _ratcheted(e, body, old)]
-    return [_error_to_cause(e) for e in errs]
+    if status_only:
+        errs = [e for e in errs if list(e.absolute_path)[:1] == ["status"]]
+    return [_error_to_cause(e, "status." if status_only else "") for e in errs]
 
 
 # ---------------------------------------------------------------- list types
@@ -387,9 +429,8 @@ def list_type_problems(value, schema: dict, field: str = "") -> list[dict]:
             elif kind == "map" and isinstance(item, dict):
                 marker = json.dumps({k: item.get(k) for k in keys}, sort_keys=True)
                 if marker in seen:
-                    shown = "{" + ", ".join(f"{json.dumps(k)}:{json.dumps(item.get(k))}" for k in keys) + "}"
-                    out.append(cause("FieldValueDuplicate", f"{field}[{i}]",
-                                     f"Duplicate value: map[string]interface {{}}{shown}"))
+                    shown = "{" + ",".join(f"{json.dumps(k)}:{json.dumps(item.get(k))}" for k in keys) + "}"
+                    out.append(cause("FieldValueDuplicate", f"{field}[{i}]", f"Duplicate value: {shown}"))
                 seen.add(marker)
             if isinstance(schema.get("items"), dict):
                 out += list_type_problems(item, schema["items"], f"{field}[{i}]")
@@ -401,10 +442,21 @@ def list_type_problems(value, schema: dict, field: str = "") -> list[dict]:
 _ENV = celpy.Environment()
 
 
+_GO_DURATION = re.compile(r"^[-+]?(0|((\d+(\.\d*)?|\.\d+)(ns|us|\u00b5s|ms|s|m|h))+)$")
+
+
+def _duration(value):
+    """CEL's duration() as cel-go parses it (Go's time.ParseDuration: no days), not celpy's wider reading."""
+    if isinstance(value, celpy.celtypes.StringType) and not _GO_DURATION.match(str(value)):
+        # Raised, not returned: an error value would turn into "no matching overload" in the && around it.
+        raise celpy.CELEvalError("type conversion error from 'string' to 'google.protobuf.Duration'")
+    return celpy.celtypes.DurationType(value)
+
+
 @lru_cache(maxsize=1024)
 def compile_rule(rule: str):
     """Compile a CEL rule once; a syntax error is the CRD author's to fix, so it is raised."""
-    return _ENV.program(_ENV.compile(rule))
+    return _ENV.program(_ENV.compile(rule), functions={"duration": _duration})
 
 
 def rule_problems_of_crd(schema: dict, path: str = "") -> list[str]:
@@ -439,15 +491,19 @@ def _rule_cause(rule: dict, field: str, value, old) -> dict | None:
     src = rule["rule"]
     if "oldSelf" in src and old is _MISSING:
         return None  # a transition rule only applies when there was an old value
+    static = rule.get("message") or f"failed rule: {src}"
     try:
         result = _eval(src, value, old)
     except Exception as exc:
-        return invalid_cause(field, value, f"rule evaluation error: {src}: {exc}")
+        result = exc if isinstance(exc, celpy.CELEvalError) else celpy.CELEvalError(str(exc))
     if isinstance(result, celpy.CELEvalError):
-        return invalid_cause(field, value, f"rule evaluation error: {src}: {result.args[0] if result.args else result}")
+        # kube-apiserver shows the value's type, not the value, for an error while evaluating a rule.
+        what = result.args[0] if result.args else result
+        return cause("FieldValueInvalid", field, f'Invalid value: "{_TYPE_NAMES.get(type(value), "object")}": '
+                                                 f"{what} evaluating rule: {static}")
     if bool(result):
         return None
-    message = rule.get("message") or f"failed rule: {src}"
+    message = static
     if rule.get("messageExpression"):
         try:
             m = _eval(rule["messageExpression"], value, old)
@@ -501,6 +557,12 @@ def _cel_view(obj: dict) -> dict:
 
 # ---------------------------------------------------------------- the whole check
 
+def decoding_prefix(info: ResourceInfo) -> str:
+    """How kube-apiserver begins an error decoding a body: `ClusterPeer in version "v1alpha1" cannot be handled as
+    a ClusterPeer: `."""
+    return f'{info.kind} in version "{info.version}" cannot be handled as a {info.kind}: '
+
+
 SKIPPED_RULES = cause("FieldValueInvalid", "<nil>", "Invalid value: null: some validation rules were not checked "
                       "because the object was invalid; correct the existing errors to complete validation")
 
@@ -523,7 +585,8 @@ def blocks_rules(causes: list[dict]) -> bool:
     return any(c.get("reason") in BLOCKING for c in causes)
 
 
-def validate(info: ResourceInfo, obj: dict, old: dict | None, field_validation: str = "Strict") -> tuple[dict, list[str]]:
+def validate(info: ResourceInfo, obj: dict, old: dict | None, field_validation: str = "Strict", *,
+             status_only: bool = False) -> tuple[dict, list[str]]:
     """Return the object as it will be stored (pruned and defaulted) and warnings; raise 422/400 on failure.
 
     `obj` is owned by the caller (it is changed in place where that is cheaper).
@@ -536,11 +599,12 @@ def validate(info: ResourceInfo, obj: dict, old: dict | None, field_validation: 
         obj = prune(obj, info.schema, "", unknown, top=True)
         if unknown:
             if field_validation == "Strict":
-                raise errors.bad_request("strict decoding error: " + ", ".join(f'unknown field "{u}"' for u in unknown))
+                raise errors.bad_request(f"{decoding_prefix(info)}strict decoding error: " + ", ".join(
+                    f'unknown field "{u}"' for u in unknown))
             if field_validation == "Warn":
                 warnings += [f'unknown field "{u}"' for u in unknown]
         apply_defaults(obj, info.schema)
-        causes += schema_problems(obj, info.schema, old)
+        causes += schema_problems(obj, info.schema, old, status_only=status_only)
         causes += list_type_problems(obj, info.schema)
         if not blocks_rules(causes):
             causes += cel_problems(_cel_view(obj), info.schema, _cel_view(old) if old else _MISSING)

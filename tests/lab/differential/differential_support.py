@@ -197,13 +197,36 @@ def normalise(value: Any, backend: Backend, *, key: str = "", volatile: frozense
     return value
 
 
+def _canonical_invalid(body: Any) -> Any:
+    """An Invalid Status with its causes in a stable order. kube-apiserver's order is not stable: it validates an
+    object's properties in Go map order, so the same request lists its causes in another order each time (the
+    message follows them). When the message is exactly the causes joined, in whatever order, it is rewritten with
+    the causes sorted; any other message is left as it is, to be compared."""
+    if not (isinstance(body, dict) and body.get("kind") == "Status" and isinstance(body.get("details"), dict)
+            and isinstance(body["details"].get("causes"), list) and isinstance(body.get("message"), str)):
+        return body
+    causes = body["details"]["causes"]
+    parts = list(dict.fromkeys(f"{c.get('field')}: {c.get('message')}" if c.get("field") else c.get("message", "")
+                               for c in causes))
+    prefix, sep, rest = body["message"].partition(" is invalid: ")
+    if not sep:
+        return body
+    inner = rest[1:-1] if len(parts) > 1 and rest.startswith("[") and rest.endswith("]") else rest
+    if len(inner) != len(", ".join(parts)) or not all(p in inner for p in parts):
+        return body
+    ordered = sorted(parts)
+    joined = ordered[0] if len(ordered) == 1 else "[" + ", ".join(ordered) + "]"
+    details = dict(body["details"], causes=sorted(causes, key=lambda c: json.dumps(c, sort_keys=True)))
+    return dict(body, message=f"{prefix} is invalid: {joined}", details=details)
+
+
 def reduce_answer(answer: Answer, backend: Backend, *, volatile: frozenset[str] = frozenset(), body: bool = True) -> dict:
     """What the comparison sees of one answer."""
     out: dict[str, Any] = {"status": answer.status, "reason": answer.reason, "contentType": answer.content_type}
     if answer.warnings:
         out["warnings"] = [normalise(w, backend) for w in answer.warnings]
     if body:
-        out["body"] = normalise(answer.body, backend, volatile=volatile)
+        out["body"] = _canonical_invalid(normalise(answer.body, backend, volatile=volatile))
     return out
 
 
