@@ -16,7 +16,7 @@ import pytest
 from chart_paths import CHART_DIR
 from module_values import objects, values
 from lab.real import RealControlPlane
-from lab.real import build as builder
+from lab.testing import real_binaries_or_skip
 
 pytestmark = pytest.mark.slow
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
@@ -26,19 +26,10 @@ PEER_USER = {"kind": "User", "apiGroup": "rbac.authorization.k8s.io",
 READ_PODS = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
 
 
-def binaries_or_skip() -> builder.Binaries:
-    try:
-        return builder.require_built()
-    except builder.BuildError as e:
-        if builder.required():
-            pytest.fail(f"{builder.REQUIRE_ENV} is set, so the real backend must run: {e}", pytrace=False)
-        pytest.skip(f"REAL KUBE-APISERVER BACKEND NOT TESTED: {e}")
-
-
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory):
     """A real control plane with the module's namespace, ServiceAccount, RBAC and admission policy applied."""
-    binaries = binaries_or_skip()
+    binaries = real_binaries_or_skip()
     cp = RealControlPlane("vap", tmp_path_factory.mktemp("real-vap"), binaries=binaries)
     with helm.Chart.load(CHART_DIR) as chart:
         rendered = objects(chart, values())

@@ -14,24 +14,17 @@ import sys
 import threading
 import time
 
-import pytest
 import trustme
 from aiohttp import web
 from jwcrypto import jwk, jwt
 
-from lab.real import build as builder
+from lab.testing import real_binaries_or_skip
 
 KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
 
 
-def binaries_or_skip() -> builder.Binaries:
-    """The built binaries; a loud skip when they are not there, a failure when PEERING_REQUIRE_REAL_APISERVER=1."""
-    try:
-        return builder.require_built()
-    except builder.BuildError as e:
-        if builder.required():
-            pytest.fail(f"{builder.REQUIRE_ENV} is set, so the real backend must run: {e}", pytrace=False)
-        pytest.skip(f"REAL KUBE-APISERVER BACKEND NOT TESTED: {e}")
+binaries_or_skip = real_binaries_or_skip
+"""The built binaries; a loud skip when they are not there, a failure when PEERING_REQUIRE_REAL_APISERVER=1."""
 
 
 class LoopbackIssuer:
