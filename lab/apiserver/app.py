@@ -25,7 +25,7 @@ from multidict import CIMultiDict
 from lab.apiserver import conversion, discovery, errors, events, patch, protobuf, table, validation
 from lab.apiserver.authcache import AuthCache
 from lab.apiserver.auth import rbac, reviews, sensitive
-from lab.apiserver.auth.authn import Authenticator
+from lab.apiserver.auth.authn import ANONYMOUS, Authenticator, bearer_token
 from lab.apiserver.auth.tokens import ServiceAccountIssuer
 from lab.apiserver.auth.types import Attributes, UserInfo
 from lab.apiserver.crud import CRD_KEY, Objects
@@ -39,9 +39,8 @@ log = logging.getLogger(__name__)
 LAB_CRDS = pathlib.Path(__file__).parent / "crds"
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 MAX_BODY = 3 * 1024 * 1024   # kube-apiserver's request body limit
-PUBLIC_PATHS = {"/version", "/healthz", "/readyz", "/livez", "/.well-known/openid-configuration", "/openid/v1/jwks"}
-# Paths under these are served without a trailing path check (healthz/ping, readyz/etcd ...).
-PUBLIC_PREFIXES = ("/healthz/", "/readyz/", "/livez/", "/version/")
+# Health checks: the paths under these answer "ok" too (healthz/ping, readyz/etcd ...); who may read them is RBAC's.
+HEALTH_PREFIXES = ("/healthz/", "/readyz/", "/livez/")
 NAMESPACE_SUBRESOURCES = {"status", "finalize"}
 
 _REVIEWS = {
@@ -521,19 +520,17 @@ class ApiServer:
         path = request.path
         user = await self._authenticate(request)
         if user is None:
-            presented = "Authorization" in request.headers
-            if presented or not (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)):
+            # A credential that does not authenticate is 401 wherever it is sent; no credential at all is the
+            # anonymous user, whom RBAC lets read /version and the health checks (system:public-info-viewer), as a
+            # kube-apiserver with anonymous requests on (kubeadm's default) does.
+            if bearer_token(request.headers) is not None:
                 raise errors.ApiError(401, "Unauthorized", "Unauthorized")
-            user = UserInfo("system:anonymous", ("system:unauthenticated",))
+            user = ANONYMOUS
         info = parse_request(request.method, path, request.query)
         attrs = info.attributes()
-        # The issuer discovery documents, health and version are for everyone (the lab's clusters publish their
-        # issuer the way Deckhouse does, with anonymous access to it); everything else goes through RBAC.
-        public = not info.resource_request and (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES))
-        if not public:
-            decision = self.authorize(user, attrs)
-            if not decision.allowed:
-                raise rbac.forbidden(user, attrs, "")
+        decision = self.authorize(user, attrs)
+        if not decision.allowed:
+            raise rbac.forbidden(user, attrs, "")
         if self.unavailable_apis:
             parts = path.split("/")
             if len(parts) >= 4 and parts[1] == "apis" and self._unavailable(parts[2], parts[3]):
@@ -552,7 +549,7 @@ class ApiServer:
         if request.method not in ("GET", "HEAD"):
             raise errors.ApiError(405, "MethodNotAllowed", f"{request.method} is not supported on {path}")
         accept = request.headers.get("Accept", "")
-        if path in ("/healthz", "/readyz", "/livez") or path.startswith(PUBLIC_PREFIXES[:3]):
+        if path in ("/healthz", "/readyz", "/livez") or path.startswith(HEALTH_PREFIXES):
             return web.Response(text="ok", content_type="text/plain")
         if path == "/version":
             return _json_response(discovery.KUBE_VERSION)
@@ -618,8 +615,8 @@ class ApiServer:
             raise errors.ApiError(404, "NotFound", f"{info.plural} is namespaced: name the namespace in the path "
                                                    f"(/namespaces/<ns>/{info.plural}/{info.name})")
         if not res.namespaced and info.plural != "namespaces" and info.namespace is not None:
-            raise errors.ApiError(404, "NotFound", f"{info.plural} is cluster-scoped: remove /namespaces/"
-                                                   f"{info.namespace} from the path")
+            # A cluster-scoped resource under /namespaces/<ns>/: kube-apiserver serves no such path.
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
         if info.subresource and info.subresource not in res.subresources:
             if res.custom and info.name:
                 # kube-apiserver serves no such path for a custom resource: the object "is not found" there.
@@ -846,6 +843,10 @@ class ApiServer:
             decision = self.authorizer.check_role_write(user, obj)
         else:
             decision = self.authorizer.check_binding_write(user, obj)
+        if not decision.allowed and decision.missing_role:
+            # kube-apiserver looks the role up to compare its rules, and answers its absence as a 404 (naming
+            # the role, under the binding's resource).
+            raise errors.not_found(res.group, res.plural, decision.missing_role)
         if not decision.allowed:
             name = obj["metadata"].get("name", "")
             raise errors.ApiError(403, "Forbidden",

@@ -78,6 +78,46 @@ def _base64_error_offset(src: str) -> int | None:
             return si if si < n else None
 
 
+def _rbac_rules(info: ResourceInfo, obj: dict, old: dict | None) -> None:
+    """rbac.authorization.k8s.io validation as far as the module writes roles and bindings."""
+    name = obj["metadata"].get("name", "")
+    causes = []
+    if info.plural in ("roles", "clusterroles"):
+        namespaced = info.plural == "roles"
+        for i, rule in enumerate(obj.get("rules") or ()):
+            where = f"rules[{i}]"
+            if not rule.get("verbs"):
+                causes.append(validation.cause("FieldValueRequired", f"{where}.verbs", "Required value"))
+            if rule.get("nonResourceURLs"):
+                urls = json.dumps(list(rule["nonResourceURLs"]), separators=(",", ":"))
+                if namespaced:
+                    causes.append(validation.cause("FieldValueInvalid", f"{where}.nonResourceURLs", f"Invalid value: "
+                                                   f"{urls}: namespaced rules cannot apply to non-resource URLs"))
+                if rule.get("apiGroups") or rule.get("resources") or rule.get("resourceNames"):
+                    causes.append(validation.cause("FieldValueInvalid", f"{where}.nonResourceURLs", f"Invalid value: "
+                                                   f"{urls}: rules cannot apply to both regular resources and "
+                                                   "non-resource URLs"))
+                continue
+            if not rule.get("apiGroups"):
+                causes.append(validation.cause("FieldValueRequired", f"{where}.apiGroups",
+                                               "Required value: resource rules must supply at least one api group"))
+            if not rule.get("resources"):
+                causes.append(validation.cause("FieldValueRequired", f"{where}.resources",
+                                               "Required value: resource rules must supply at least one resource"))
+        if not obj.get("rules"):
+            obj["rules"] = None   # Go's nil slice: an empty or absent list is stored and answered as null
+    elif old is not None and obj.get("roleRef") != old.get("roleRef"):
+        ref = old.get("roleRef") or {}
+        shown = json.dumps({"APIGroup": (obj.get("roleRef") or {}).get("apiGroup", ""),
+                            "Kind": (obj.get("roleRef") or {}).get("kind", ""),
+                            "Name": (obj.get("roleRef") or {}).get("name", "")}, separators=(",", ":"))
+        if ref:
+            causes.append(validation.cause("FieldValueInvalid", "roleRef", f"Invalid value: {shown}: field is "
+                                                                           "immutable"))
+    if causes:
+        raise errors.invalid(info.kind, info.group, name, causes)
+
+
 def _lease_rules(obj: dict) -> None:
     """coordination.k8s.io validation of a Lease's spec, as far as a leader election writes it."""
     spec = obj.get("spec") or {}
@@ -188,6 +228,8 @@ class Objects:
             _check_base64("ConfigMap", obj.get("binaryData") or {})
         elif key == ("coordination.k8s.io", "leases"):
             _lease_rules(obj)
+        elif key[0] == "rbac.authorization.k8s.io":
+            _rbac_rules(info, obj, old)
         elif key == NAMESPACE_KEY:
             spec = dict(obj.get("spec") or {})
             spec.setdefault("finalizers", [NAMESPACE_FINALIZER])

@@ -9,7 +9,7 @@ import json
 
 from lab.apiserver.resources import Registry, ResourceInfo
 
-KUBE_VERSION = {"major": "1", "minor": "37", "gitVersion": "v1.37.0", "gitCommit": "lab", "gitTreeState": "clean",
+KUBE_VERSION = {"major": "1", "minor": "37", "gitVersion": "v1.37.2", "gitCommit": "", "gitTreeState": "clean",
                 "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25", "compiler": "gc",
                 "platform": "linux/amd64", "emulationMajor": "1", "emulationMinor": "37",
                 "minCompatibilityMajor": "1", "minCompatibilityMinor": "36"}

@@ -42,14 +42,16 @@ def show(value) -> str:
     return json.dumps(value)
 
 
+def go_strings(values) -> str:
+    """A list of strings as Go's %q prints a []string: `["a" "b"]`."""
+    return "[" + " ".join(json.dumps(v) for v in values) + "]"
+
+
 def cause(reason: str, field: str, message: str) -> dict:
     return {"reason": reason, "message": message, "field": field}
 
 
 def invalid_cause(field: str, value, detail: str) -> dict:
-    if isinstance(value, (dict, list)):
-        # kube-apiserver (apimachinery's field.Invalid) no longer prints a whole object or list as the value.
-        return cause("FieldValueInvalid", field, f"Invalid value: {detail}")
     return cause("FieldValueInvalid", field, f"Invalid value: {show(value)}: {detail}")
 
 
@@ -520,6 +522,9 @@ def _rule_cause(rule: dict, field: str, value, old) -> dict | None:
         return cause(reason, field, f"Required value: {message}")
     if reason == "FieldValueDuplicate":
         return cause(reason, field, f"Duplicate value: {message}")
+    if isinstance(value, (dict, list)):
+        # A failed rule on an object or a list: kube-apiserver leaves the value out of the message.
+        return cause("FieldValueInvalid", field, f"Invalid value: {message}")
     return invalid_cause(field, value, message)
 
 

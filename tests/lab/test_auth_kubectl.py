@@ -19,8 +19,10 @@ async def test_whoami_and_can_i_for_a_certificate_user(lab):
     jane = lab.user_kubeconfig("jane", ["team-a"])
     code, out, err = await lab.kubectl("auth", "whoami", "-o", "json", kubeconfig=jane)
     assert code == 0, err
-    assert json.loads(out)["status"]["userInfo"] == {"username": "jane",
-                                                      "groups": ["team-a", "system:authenticated"]}
+    info = json.loads(out)["status"]["userInfo"]
+    assert {k: info[k] for k in ("username", "groups")} == {"username": "jane",
+                                                             "groups": ["team-a", "system:authenticated"]}
+    assert info["extra"]["authentication.kubernetes.io/credential-id"][0].startswith("X509SHA256=")
 
     await _apply(lab, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns-a"}})
     await _apply(lab, {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding",

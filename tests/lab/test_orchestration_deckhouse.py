@@ -26,10 +26,10 @@ async def _get(cluster, path: str, token: str | None = None) -> tuple[int, dict]
 async def test_every_cluster_has_the_same_issuer_url_and_its_own_keys(tmp_path):
     async with lab_clusters(tmp_path, ["a", "b"], peering_command=None) as lab:
         a, b = lab["a"], lab["b"]
-        docs = [await _get(c, "/.well-known/openid-configuration") for c in (a, b)]
+        docs = [await _get(c, "/.well-known/openid-configuration", c._peering_token) for c in (a, b)]
         assert [d["issuer"] for _, d in docs] == [SERVICE_ACCOUNT_ISSUER] * 2
         assert SERVICE_ACCOUNT_ISSUER == "https://kubernetes.default.svc.cluster.local"
-        keys = [(await _get(c, "/openid/v1/jwks"))[1]["keys"] for c in (a, b)]
+        keys = [(await _get(c, "/openid/v1/jwks", c._peering_token))[1]["keys"] for c in (a, b)]
         assert keys[0] != keys[1]
         # A's peering token names the same issuer as b's tokens, yet only a accepts it.
         token = a._peering_token

@@ -9,6 +9,7 @@ with the uid the token names: deleting a ServiceAccount revokes its tokens at on
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -63,6 +64,12 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
     if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
         return None
     return parts[1]
+
+
+def refused(why: str = "") -> str:
+    """A refused token as kube-apiserver's union of authenticators says it: the generic error alone when no
+    authenticator took the token (not a JWT, an issuer nobody trusts), else both, aggregated."""
+    return f"[invalid bearer token, {why}]" if why else "invalid bearer token"
 
 
 def with_authenticated(user: UserInfo) -> UserInfo:
@@ -136,7 +143,9 @@ class Authenticator:
         if not username:
             return None
         groups = tuple(str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME))
-        return with_authenticated(UserInfo(username=username, groups=groups))
+        # kube-apiserver names the credential: the SHA-256 of the certificate.
+        extra = {"authentication.kubernetes.io/credential-id": (f"X509SHA256={hashlib.sha256(der).hexdigest()}",)}
+        return with_authenticated(UserInfo(username=username, groups=groups, extra=extra))
 
     def _issued_by_client_ca(self, cert: x509.Certificate) -> bool:
         for ca in self._cas:
@@ -156,7 +165,7 @@ class Authenticator:
         wanted = list(audiences) if audiences else self.sa_issuer.api_audiences
         claims = unverified_claims(token)
         if claims is None:
-            return TokenResult(None, error="invalid bearer token: not a JWT")
+            return TokenResult(None, error=refused())
         issuer = claims.get("iss")
         if issuer == self.sa_issuer.issuer_url:
             return self._service_account(token, wanted)
@@ -167,20 +176,20 @@ class Authenticator:
             # requests meant for the API itself.
             matched = intersect(self.sa_issuer.api_audiences, wanted)
             if not matched:
-                return TokenResult(None, error=f"invalid bearer token: an OIDC token is valid only for the API "
-                                               f"audiences {self.sa_issuer.api_audiences}")
+                return TokenResult(None, error=refused(f"an OIDC token is valid only for the API audiences "
+                                                       f"{self.sa_issuer.api_audiences}"))
             try:
                 user = await oidc.verify(token)
             except TokenInvalid as exc:
-                return TokenResult(None, error=f"invalid bearer token: {exc.reason}")
+                return TokenResult(None, error=refused(exc.reason))
             return TokenResult(with_authenticated(user), tuple(matched))
-        return TokenResult(None, error="invalid bearer token: issuer not recognised")
+        return TokenResult(None, error=refused())
 
     def _service_account(self, token: str, wanted: list[str]) -> TokenResult:
         try:
             claims = self.sa_issuer.verify(token, wanted)
         except TokenInvalid as exc:
-            return TokenResult(None, error=f"invalid bearer token: {exc.reason}")
+            return TokenResult(None, error=refused(exc.reason))
         k8s = claims["kubernetes.io"]
         namespace = k8s["namespace"]
         sa_ref = k8s["serviceaccount"]
@@ -197,7 +206,7 @@ class Authenticator:
                 extra[f"authentication.kubernetes.io/{kind}-name"] = (ref.get("name", ""),)
                 extra[f"authentication.kubernetes.io/{kind}-uid"] = (ref.get("uid", ""),)
         if problem:
-            return TokenResult(None, error=f"invalid bearer token: {problem}")
+            return TokenResult(None, error=refused(problem))
         if claims.get("jti"):
             extra["authentication.kubernetes.io/credential-id"] = (f"JTI={claims['jti']}",)
         user = UserInfo(

@@ -249,11 +249,37 @@ def uncovered_rules(owner_rules: Iterable[Mapping], requested: Iterable[Mapping]
     return missing
 
 
+def compact_rules(rules: list[Mapping]) -> list[dict]:
+    """Rules of one API group and one resource (no names, no URLs) merged into one rule per pair, their verbs in
+    order, as kube-apiserver compacts the rules it reports missing."""
+    merged: dict[tuple[str, str], dict] = {}
+    out: list[dict] = []
+    for rule in rules:
+        groups, resources = list(rule.get("apiGroups") or ()), list(rule.get("resources") or ())
+        if len(groups) == 1 and len(resources) == 1 and not rule.get("resourceNames") and \
+                not rule.get("nonResourceURLs"):
+            key = (groups[0], resources[0])
+            if key not in merged:
+                merged[key] = {"apiGroups": groups, "resources": resources, "verbs": []}
+                out.append(merged[key])
+            merged[key]["verbs"] += [v for v in rule.get("verbs") or () if v not in merged[key]["verbs"]]
+        else:
+            out.append(dict(rule))
+    return out
+
+
+def go_strings(values) -> str:
+    """A list of strings as Go's %q prints a []string: `["a" "b"]`."""
+    return "[" + " ".join(json.dumps(v) for v in values) + "]"
+
+
 def _compact(rule: Mapping) -> str:
+    """A rule as kube-apiserver's escalation message prints it (rbac's PolicyRule compact string)."""
     parts = []
-    for key in ("apiGroups", "resources", "resourceNames", "nonResourceURLs", "verbs"):
+    for key, shown in (("apiGroups", "APIGroups"), ("resources", "Resources"), ("resourceNames", "ResourceNames"),
+                       ("nonResourceURLs", "NonResourceURLs"), ("verbs", "Verbs")):
         if rule.get(key):
-            parts.append(f"{key[0].upper()}{key[1:]}:{json.dumps(list(rule[key]))}")
+            parts.append(f"{shown}:{go_strings(rule[key])}")
     return "{" + ", ".join(parts) + "}"
 
 
@@ -308,7 +334,8 @@ class Authorizer:
 
     def authorize(self, user: UserInfo, attrs: Attributes) -> Decision:
         if MASTERS in user.groups:
-            return Decision(True, f"allowed by the {MASTERS} group")
+            # kube-apiserver's privileged-group authorizer, before RBAC: it allows and gives no reason.
+            return Decision(True, "")
         errors: list[str] = []
         for kind, binding, subject, ref_kind, ref_name, rules in self._bindings(user, attrs.namespace):
             if rules is None:
@@ -348,8 +375,9 @@ class Authorizer:
         missing = uncovered_rules(held, rules)
         if not missing:
             return Decision(True, "the user holds every rule it grants")
-        message = (f'user "{user.username}" (groups={json.dumps(list(user.groups))}) is attempting to grant RBAC '
-                   f'permissions not currently held:\n' + "\n".join(_compact(m) for m in missing))
+        message = (f'user "{user.username}" (groups={go_strings(user.groups)}) is attempting to grant RBAC '
+                   f'permissions not currently held:\n' + "\n".join(sorted({_compact(m) for m in
+                                                                             compact_rules(missing)})))
         if incomplete:
             message += "; some of the user's bindings name roles that do not exist"
         return Decision(False, message)
@@ -388,7 +416,7 @@ class Authorizer:
         else:
             rules = self._role_rules(namespace, ref_name)
         if rules is None:
-            return Decision(False, f'{ref_kind.lower()}.{RBAC_GROUP} "{ref_name}" not found')
+            return Decision(False, f'{ref_kind.lower()}.{RBAC_GROUP} "{ref_name}" not found', missing_role=ref_name)
         return self.escalation_check(user, rules, namespace=namespace)
 
 

@@ -7,6 +7,7 @@ The core has already authorized the call itself (e.g. `create serviceaccounts/to
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -63,8 +64,8 @@ def _string_list(value: Any, field: str) -> list[str]:
 
 
 def _answer(kind: str, group: str, spec: dict, status: dict, metadata: dict | None = None) -> dict:
-    meta = {"creationTimestamp": None}
-    meta.update(metadata or {})
+    # Reviews are never stored: their metadata is empty (kube-apiserver leaves even creationTimestamp out).
+    meta = dict(metadata or {})
     return {"kind": kind, "apiVersion": f"{group}/v1", "metadata": meta, "spec": spec, "status": status}
 
 
@@ -95,18 +96,19 @@ async def token_request(ctx: ReviewContext, body: dict) -> dict:
     if not isinstance(seconds, int) or isinstance(seconds, bool):
         raise bad_request("spec.expirationSeconds must be an integer number of seconds")
     if seconds < MIN_EXPIRATION_SECONDS:
-        raise invalid("TokenRequest", AUTHENTICATION, name, [{
+        raise invalid("TokenRequest", AUTHENTICATION, "", [{
             "reason": "FieldValueInvalid", "field": "spec.expirationSeconds",
             "message": f"Invalid value: {seconds}: may not specify a duration less than 10 minutes"}])
     if seconds > MAX_EXPIRATION_SECONDS:
-        raise invalid("TokenRequest", AUTHENTICATION, name, [{
+        raise invalid("TokenRequest", AUTHENTICATION, "", [{
             "reason": "FieldValueInvalid", "field": "spec.expirationSeconds",
             "message": f"Invalid value: {seconds}: may not specify a duration larger than 2^32 seconds"}])
 
     sa = _find(ctx.list_objects("", "serviceaccounts", namespace), name)
     if sa is None:
         raise not_found("", "serviceaccounts", name)
-    sa_uid = (sa.get("metadata") or {}).get("uid", "")
+    sa_meta = sa.get("metadata") or {}
+    sa_uid = sa_meta.get("uid", "")
 
     ref = spec.get("boundObjectRef")
     bound = None
@@ -115,9 +117,11 @@ async def token_request(ctx: ReviewContext, body: dict) -> dict:
 
     token, expires_at = ctx.sa_issuer.issue(namespace, name, sa_uid, audiences, seconds, bound)
     answer_spec = {"audiences": audiences, "expirationSeconds": seconds, "boundObjectRef": ref}
+    # The answer's metadata is the ServiceAccount's name, namespace, uid and creation time.
     return _answer("TokenRequest", AUTHENTICATION, answer_spec,
                    {"token": token, "expirationTimestamp": _rfc3339(expires_at)},
-                   {"name": name, "namespace": namespace})
+                   {"name": name, "namespace": namespace, "uid": sa_uid,
+                    "creationTimestamp": sa_meta.get("creationTimestamp")})
 
 
 def _bound_object(ctx: ReviewContext, ref: Any, namespace: str, sa_name: str) -> dict:
@@ -158,7 +162,8 @@ async def token_review(ctx: ReviewContext, body: dict) -> dict:
     audiences = _string_list(spec.get("audiences"), "spec.audiences")
     result = await ctx.authenticator.authenticate_token(token, audiences or None)
     if result.user is None:
-        status: dict = {"authenticated": False, "user": {}, "error": result.error}
+        # authenticated: false is left out of the wire form (omitempty), as kube-apiserver sends it.
+        status: dict = {"user": {}, "error": result.error}
     else:
         status = {"authenticated": True, "user": _user_info(result.user), "audiences": list(result.audiences)}
     return _answer("TokenReview", AUTHENTICATION, dict(spec), status)
@@ -168,21 +173,32 @@ async def self_subject_review(ctx: ReviewContext, body: dict) -> dict:
     """SelfSubjectReview (kubectl auth whoami): the caller as the API server sees it."""
     _check_body(body, "SelfSubjectReview", AUTHENTICATION)
     return {"kind": "SelfSubjectReview", "apiVersion": f"{AUTHENTICATION}/v1",
-            "metadata": {"creationTimestamp": None}, "status": {"userInfo": _user_info(ctx.user)}}
+            "metadata": {"creationTimestamp": _rfc3339(datetime.now(timezone.utc))},
+            "status": {"userInfo": _user_info(ctx.user)}}
 
 
 # --- authorization.k8s.io ----------------------------------------------------------------------------------------
 
+def _go_struct(value: Any, fields: tuple[str, ...]) -> str:
+    """An internal Go struct as field.Invalid prints it: JSON with the Go field names."""
+    value = value if isinstance(value, dict) else {}
+    return json.dumps({f[0].upper() + f[1:]: value.get(f, "") for f in fields}, separators=(",", ":"))
+
+
 def _attributes(kind: str, spec: dict, *, local_namespace: str | None = None) -> Attributes:
+    # kube-apiserver validates the reviews' internal types, which name no kind: its messages begin
+    # `.authorization.k8s.io "" is invalid`, and the details have no kind.
+    kind = ""
     res, non_res = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
     if res is not None and non_res is not None:
         raise invalid(kind, AUTHORIZATION, "", [{
-            "reason": "FieldValueInvalid", "field": "spec.nonResourceAttributes",
-            "message": "Invalid value: cannot be specified in combination with resourceAttributes"}])
+            "reason": "FieldValueInvalid", "field": "spec",
+            "message": f"Invalid value: {_go_struct(non_res, ('path', 'verb'))}: exactly one of "
+                       "nonResourceAttributes or resourceAttributes must be specified"}])
     if res is None and non_res is None:
         raise invalid(kind, AUTHORIZATION, "", [{
-            "reason": "FieldValueRequired", "field": "spec.resourceAttributes",
-            "message": "Required value: exactly one of nonResourceAttributes or resourceAttributes must be "
+            "reason": "FieldValueInvalid", "field": "spec",
+            "message": "Invalid value: null: exactly one of nonResourceAttributes or resourceAttributes must be "
                        "specified"}])
     if local_namespace is not None and non_res is not None:
         raise invalid(kind, AUTHORIZATION, "", [{
@@ -218,7 +234,7 @@ def _spec_user(kind: str, spec: dict) -> UserInfo:
         raise bad_request("spec.user must be a string")
     groups = _string_list(spec.get("groups"), "spec.groups")
     if not username and not groups:
-        raise invalid(kind, AUTHORIZATION, "", [{
+        raise invalid("", AUTHORIZATION, "", [{
             "reason": "FieldValueInvalid", "field": "spec.user",
             "message": 'Invalid value: "": at least one of user or group must be specified'}])
     extra_raw = spec.get("extra") or {}
@@ -281,5 +297,6 @@ async def self_subject_rules_review(ctx: ReviewContext, body: dict) -> dict:
                     "incomplete": incomplete}
     if incomplete:
         status["evaluationError"] = "some bindings of the user name roles that do not exist"
-    return _answer("SelfSubjectRulesReview", AUTHORIZATION, dict(spec), status)
+    # kube-apiserver answers with the status alone: the spec comes back empty.
+    return _answer("SelfSubjectRulesReview", AUTHORIZATION, {}, status)
 

@@ -30,6 +30,7 @@ class Attributes:
 class Decision:
     allowed: bool
     reason: str = ""
+    missing_role: str = ""   # a binding write refused because the role it names does not exist
 
 
 # The core gives the auth code read access to stored objects through this callable:

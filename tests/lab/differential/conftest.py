@@ -68,7 +68,8 @@ async def emulator(shared_pki):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def pair(emulator, real_plane, shared_pki):
-    emu = Backend("emulator", emulator.url, shared_pki)
-    real = Backend("real", real_plane.url, shared_pki)
+    user_certs: dict = {}
+    emu = Backend("emulator", emulator.url, shared_pki, user_certs)
+    real = Backend("real", real_plane.url, shared_pki, user_certs)
     async with opened(emu, real):
         yield Pair(emu, real)

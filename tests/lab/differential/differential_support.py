@@ -53,13 +53,14 @@ class Answer:
 class Backend:
     """One API server (the emulator or the real kube-apiserver) as its clients see it, over real TLS."""
 
-    def __init__(self, name: str, url: str, pki: certs.ClusterPKI) -> None:
+    def __init__(self, name: str, url: str, pki: certs.ClusterPKI, user_certs: dict | None = None) -> None:
         self.name = name
         self.url = url
         self.pki = pki
         self._session: aiohttp.ClientSession | None = None
         self._contexts: dict[Any, ssl.SSLContext] = {}
-        self._certs: dict[User, certs.CertKey] = {}
+        # Shared between the two backends: the same user presents the same certificate to both.
+        self._certs: dict[User, certs.CertKey] = {} if user_certs is None else user_certs
 
     async def open(self) -> None:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
@@ -164,6 +165,7 @@ _RV_IN_TEXT = [
     (re.compile(r"(too old resource version: )\d+ \(\d+\)"), r"\1<rv> (<rv>)"),
     (re.compile(r"(the ResourceVersion in record )\(\d+\)"), r"\1(<rv>)"),
     (re.compile(r"(the UID in record )\([0-9a-f-]+\)"), r"\1(<uid>)"),
+    (re.compile(r"^JTI=[0-9a-f-]+$"), "JTI=<jti>"),   # a ServiceAccount token's id, in a user's extra
 ]
 
 
