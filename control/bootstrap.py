@@ -20,7 +20,9 @@ from contract.names import (CA_SECRET, EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET, M
 from control import pki
 from control.apply import create_or_update
 from control.clock import SYSTEM, Clock
+from control.events import EventRecorder
 from control.kube import SECRETS, KubeSession
+from control.rules import events as event_rules
 from control.workqueue import Result, Watch
 
 log = logging.getLogger("peering.control.bootstrap")
@@ -69,7 +71,8 @@ def _server_due(secret: dict | None, ca_pem: str, hosts: list[str], now: datetim
 
 
 def plan(*, ca_secret: dict | None, entrance_secret: dict | None, egress_secret: dict | None,
-         public_domain_template: str, cluster_name: str, now: datetime.datetime) -> Plan:
+         public_domain_template: str, cluster_name: str, now: datetime.datetime,
+         lifetime: datetime.timedelta = pki.SERVER_CERT_LIFETIME) -> Plan:
     """Decide what to (re)issue (pure apart from key generation)."""
     why: list[str] = []
     ca = pki.CertAndKey(_pem(ca_secret, "tls.crt"), _pem(ca_secret, "tls.key"))
@@ -86,8 +89,9 @@ def plan(*, ca_secret: dict | None, entrance_secret: dict | None, egress_secret:
     issued: dict[str, pki.CertAndKey | None] = {}
     recheck: list[datetime.datetime] = []
     targets = {"entrance": (entrance_secret, [pki.entrance_host(public_domain_template)],
-                            lambda: pki.issue_entrance_cert(ca, public_domain_template, now=now)),
-               "egress": (egress_secret, list(pki.EGRESS_HOSTS), lambda: pki.issue_egress_cert(ca, now=now))}
+                            lambda: pki.issue_entrance_cert(ca, public_domain_template, now=now, lifetime=lifetime)),
+               "egress": (egress_secret, list(pki.EGRESS_HOSTS),
+                          lambda: pki.issue_egress_cert(ca, now=now, lifetime=lifetime))}
     for name, (secret, hosts, issue) in targets.items():
         reason = _server_due(secret, ca.cert_pem, hosts, now)
         if reason is None:
@@ -119,8 +123,11 @@ class CertificatesReconciler:
     name = "certificates"
 
     def __init__(self, kube: KubeSession, *, namespace: str, public_domain_template: str,
-                 cluster_name: Callable[[], str], clock: Clock = SYSTEM) -> None:
+                 cluster_name: Callable[[], str], clock: Clock = SYSTEM,
+                 lifetime: datetime.timedelta = pki.SERVER_CERT_LIFETIME, events: EventRecorder | None = None) -> None:
         self.kube = kube
+        self.events = events
+        self.lifetime = lifetime
         self.namespace = namespace
         self.template = public_domain_template
         self.cluster_name = cluster_name
@@ -142,22 +149,28 @@ class CertificatesReconciler:
         ca_secret = current[CA_SECRET]
         p = plan(ca_secret=ca_secret, entrance_secret=current[ENTRANCE_TLS_SECRET],
                  egress_secret=current[EGRESS_TLS_SECRET], public_domain_template=self.template,
-                 cluster_name=self.cluster_name() or pki.entrance_host(self.template), now=now)
+                 cluster_name=self.cluster_name() or pki.entrance_host(self.template), now=now,
+                 lifetime=self.lifetime)
         ca_pem = p.ca.cert_pem if p.ca else _pem(ca_secret, "tls.crt")
         if p.why:
             log.info("writing certificates", extra={"why": list(p.why)})
         if p.ca is not None:
             # The CA first: if writing a server cert fails afterwards, the next pass issues it from this CA.
             await self._write(CA_SECRET, tls_secret(CA_SECRET, self.namespace, p.ca, None), ca_secret)
-        for name, material in ((ENTRANCE_TLS_SECRET, p.entrance), (EGRESS_TLS_SECRET, p.egress)):
+        for (name, what), material in (((ENTRANCE_TLS_SECRET, "entrance"), p.entrance),
+                                       ((EGRESS_TLS_SECRET, "egress"), p.egress)):
             if material is not None:
-                await self._write(name, tls_secret(name, self.namespace, material, ca_pem), current[name])
+                written = await self._write(name, tls_secret(name, self.namespace, material, ca_pem), current[name])
+                if self.events is not None:
+                    why = next((w.split(": ", 1)[1] for w in p.why if w.startswith(f"{what}: ")), "due")
+                    await self.events.emit(written, event_rules.server_certificate_event(what, why,
+                                                                                         material.cert_pem))
         delay = MAX_RECHECK
         if p.recheck_at is not None:
             delay = min(delay, max(1.0, (p.recheck_at - now).total_seconds()))
         return Result(requeue_after=delay)
 
-    async def _write(self, name: str, desired: dict, current: dict | None) -> None:
+    async def _write(self, name: str, desired: dict, current: dict | None) -> dict:
         # The type of a Secret someone else created stays (the API refuses to change it); a concurrent writer
         # makes this a 409 (AlreadyExists for a create) and the key is retried after reading again.
-        await create_or_update(self.kube, SECRETS, desired, current=current)
+        return (await create_or_update(self.kube, SECRETS, desired, current=current)).obj

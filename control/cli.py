@@ -163,6 +163,12 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--optional-api-interval", type=_seconds,
                      default=_env("optional-api-interval", str(ControlSettings.optional_api_interval)),
                      help="seconds between checks whether the Project and TokenExchangeProvider APIs are served")
+    run.add_argument("--server-cert-lifetime", type=_seconds,
+                     default=_env("server-cert-lifetime", str(ControlSettings.server_cert_lifetime)),
+                     help="seconds the entrance and egress certificates are valid (renewed at half)")
+    run.add_argument("--client-cert-lifetime", type=_seconds,
+                     default=_env("client-cert-lifetime", str(ControlSettings.client_cert_lifetime)),
+                     help="seconds the client certificates issued to peers are valid (the peer renews at half)")
     run.add_argument("--identity", default=_env("identity"), help="Lease holder identity (default hostname-pid)")
     run.add_argument("--log-level", default=_env("log-level", "INFO"), type=_log_level,
                      help="DEBUG, INFO, WARNING or ERROR")
@@ -192,7 +198,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         control=ControlSettings(peer_sync_interval=args.peer_sync_interval,
                                 selfcheck_interval=args.selfcheck_interval,
                                 issuer_refresh_interval=args.issuer_refresh_interval,
-                                optional_api_interval=args.optional_api_interval),
+                                optional_api_interval=args.optional_api_interval,
+                                server_cert_lifetime=args.server_cert_lifetime,
+                                client_cert_lifetime=args.client_cert_lifetime),
         lease=lease, resolve=resolve, workers=args.workers, log_level=args.log_level)
 
 

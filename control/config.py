@@ -7,6 +7,7 @@ per cluster (the public domain template) and the lab only what differs on loopba
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import socket
 from typing import Any
@@ -105,6 +106,22 @@ class ControlSettings:
     optional_api_interval: float = 15.0
     """Seconds between discovery checks of the APIs of other modules (Project, TokenExchangeProvider): one that
     appears is used within this time, without a restart."""
+
+    server_cert_lifetime: float = 12 * 3600.0
+    """Seconds the entrance and egress certificates are valid; renewed once half of it passed."""
+
+    client_cert_lifetime: float = 24 * 3600.0
+    """Seconds a client certificate this cluster issues to a peer is valid; the peer renews it over the peering
+    once half of it passed. A peer unreachable for longer than the other half must be peered anew."""
+
+
+    @property
+    def server_lifetime(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=self.server_cert_lifetime)
+
+    @property
+    def client_lifetime(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=self.client_cert_lifetime)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 from contract.names import CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE
 from control.clock import SYSTEM, Clock
 from control.config import Settings
+from control.events import EventRecorder
 from control.facts import Discovery
 from control.feed import cluster_uuid_from
 from control.handlers.dispatch import Handlers
@@ -42,7 +43,7 @@ class Context:
     def enqueue(self, reconciler: str, key: str) -> None:
         """Queue `key` for the named reconciler now (a request handler's nudge); a replica that does not lead has
         no running queue and ignores it: the leader's own periodic pass covers it."""
-        if self.controller is None or not self.controller.leading:
+        if self.controller is None or not self.leading:
             return
         for runner in self.controller.runners:
             if runner.reconciler.name == reconciler:
@@ -51,6 +52,17 @@ class Context:
     @property
     def namespace(self) -> str:
         return self.settings.kube.namespace
+
+    @property
+    def leading(self) -> bool:
+        """Whether this replica holds the Lease (its reconcilers run)."""
+        return self.controller is not None and self.controller.leading
+
+    @functools.cached_property
+    def events(self) -> EventRecorder:
+        """The one writer of Kubernetes Events, silent unless this replica leads."""
+        return EventRecorder(self.kube, identity=self.settings.lease.identity, leading=lambda: self.leading,
+                             clock=self.clock)
 
     @functools.cached_property
     def discovery(self) -> Discovery:

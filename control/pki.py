@@ -24,12 +24,18 @@ from contract.errors import InputError
 #: Organisation of every client certificate a peering CA issues; the gateway may check it.
 CLIENT_ORGANIZATION = "peering.deckhouse.io"
 CA_LIFETIME = timedelta(days=3650)
-SERVER_CERT_LIFETIME = timedelta(days=30)
-CLIENT_CERT_LIFETIME = timedelta(days=30)
-#: Backdating tolerates clocks of peers that run a little behind ours.
+#: The entrance and egress server certificates: hours, renewed by this cluster's own leader (no peer involved), so
+#: a leader that was down longer only means a new certificate at once when it is back.
+SERVER_CERT_LIFETIME = timedelta(hours=12)
+#: A peer's client certificate: hours, renewed by the peer over the mTLS channel once half of it passed. A peer that
+#: cannot reach us for longer than the other half lets it expire, and an expired certificate is refused at the
+#: handshake, so the peering must then be established anew (docs/operations.md weighs this).
+CLIENT_CERT_LIFETIME = timedelta(hours=24)
+#: Backdating tolerates clocks of peers that run a little behind ours (at most a tenth of a short lifetime).
 BACKDATE = timedelta(minutes=5)
-#: A certificate is renewed once this share of its lifetime has passed.
-RENEW_AFTER_SHARE = 2 / 3
+#: A certificate is renewed once this share of its lifetime has passed: half, so that a renewal that keeps failing
+#: leaves as long again to notice (the certificate alert fires at three quarters).
+RENEW_AFTER_SHARE = 1 / 2
 #: The egress Service of the module, reached by local consumers under any of these names.
 EGRESS_HOSTS = (
     "peering-gateway",
@@ -167,6 +173,8 @@ def _leaf_builder(
     ca_key = _load_key(ca.key_pem)
     if ca_cert.public_key().public_numbers() != ca_key.public_key().public_numbers():
         raise PKIError("InvalidKey", "the CA key does not belong to the CA certificate; recreate the peering-ca Secret")
+    if lifetime <= timedelta(0):
+        raise PKIError("InvalidLifetime", f"a certificate lifetime must be positive, got {lifetime}")
     not_after = min(now + lifetime, ca_cert.not_valid_after_utc)
     builder = (
         x509.CertificateBuilder()
@@ -174,7 +182,7 @@ def _leaf_builder(
         .issuer_name(ca_cert.subject)
         .public_key(public_key)
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - BACKDATE)
+        .not_valid_before(now - min(BACKDATE, lifetime / 10))
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
@@ -218,14 +226,15 @@ def issue_server_cert(
     return CertAndKey(_pem(cert), _key_pem(key))
 
 
-def issue_entrance_cert(ca: CertAndKey, public_domain_template: str, *, now: datetime) -> CertAndKey:
+def issue_entrance_cert(ca: CertAndKey, public_domain_template: str, *, now: datetime,
+                        lifetime: timedelta = SERVER_CERT_LIFETIME) -> CertAndKey:
     """The entrance server certificate for `peering-gateway.<domain>`."""
-    return issue_server_cert(ca, [entrance_host(public_domain_template)], now=now)
+    return issue_server_cert(ca, [entrance_host(public_domain_template)], now=now, lifetime=lifetime)
 
 
-def issue_egress_cert(ca: CertAndKey, *, now: datetime) -> CertAndKey:
+def issue_egress_cert(ca: CertAndKey, *, now: datetime, lifetime: timedelta = SERVER_CERT_LIFETIME) -> CertAndKey:
     """The egress server certificate for the module's Service under its full and short names."""
-    return issue_server_cert(ca, list(EGRESS_HOSTS), now=now)
+    return issue_server_cert(ca, list(EGRESS_HOSTS), now=now, lifetime=lifetime)
 
 
 def make_key_and_csr(cluster_uuid: str) -> CertAndKey:
@@ -352,15 +361,20 @@ def valid_at(cert_pem: str, now: datetime) -> bool:
     return cert.not_valid_before_utc <= now <= cert.not_valid_after_utc
 
 
+def not_after(cert_pem: str) -> datetime:
+    """When the (first) certificate of the PEM text expires."""
+    return load_cert(cert_pem).not_valid_after_utc
+
+
 def renewal_time(cert_pem: str) -> datetime:
-    """When the certificate should be renewed: once 2/3 of its lifetime has passed."""
+    """When the certificate should be renewed: once `RENEW_AFTER_SHARE` (half) of its lifetime has passed."""
     cert = load_cert(cert_pem)
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
     return start + (end - start) * RENEW_AFTER_SHARE
 
 
 def needs_renewal(cert_pem: str, now: datetime) -> bool:
-    """True once 2/3 of the lifetime has passed (or the certificate is not yet valid, or cannot be read)."""
+    """True once half of the lifetime has passed (or the certificate is not yet valid, or cannot be read)."""
     try:
         cert = load_cert(cert_pem)
     except PKIError:

@@ -34,6 +34,8 @@ from control.handlers.dispatch import Handlers
 from control.informers import Informers
 from control.kube import CLUSTERPEERS, KubeSession
 from control.lease import LeaderElector
+from control.metrics import ControlCollector
+from control.reconcilers.memory import Memory
 from control.workqueue import Controller, Reconciler
 
 log = logging.getLogger("peering.control.process")
@@ -42,7 +44,8 @@ log = logging.getLogger("peering.control.process")
 def certificates(ctx: Context) -> Reconciler:
     return CertificatesReconciler(ctx.kube, namespace=ctx.namespace,
                                   public_domain_template=ctx.settings.public_domain_template,
-                                  cluster_name=ctx.cluster_uuid, clock=ctx.clock)
+                                  cluster_name=ctx.cluster_uuid, clock=ctx.clock,
+                                  lifetime=ctx.settings.control.server_lifetime, events=ctx.events)
 
 
 RECONCILERS: tuple[Callable[[Context], Reconciler], ...] = (certificates, *reconcilers.FACTORIES)
@@ -74,7 +77,17 @@ class Runtime:
                 self.ctx.enqueue("clusterpeer", key) for key in self.informers.get(CLUSTERPEERS).store]
         self.elector = LeaderElector(kube, settings.kube.namespace, settings.lease,
                                      on_started=self.controller.start, on_stopped=self.controller.stop)
+        #: The metrics an administrator alerts on, computed at each scrape (register on the /metrics registry).
+        self.metrics = ControlCollector(self.informers, settings.kube.namespace,
+                                        leading=lambda: self.elector.is_leader, memory=self._peer_memory)
         self._started = False
+
+    def _peer_memory(self) -> Memory | None:
+        for runner in self.controller.runners:
+            memory = getattr(runner.reconciler, "memory", None)
+            if isinstance(memory, Memory):
+                return memory
+        return None
 
     @property
     def ready(self) -> bool:
@@ -191,6 +204,7 @@ async def run_process(settings: Settings, stop: asyncio.Event) -> None:
         gateway = Gateway(gateway_config(settings, kube, dex), handlers)
         expose_control_metrics(gateway)
         runtime = Runtime(settings, kube, gateway, handlers=handlers)
+        gateway.metrics.registry.register(runtime.metrics)
         try:
             await runtime.start()
             ports = {"entrance": gateway.entrance_port, "join": gateway.join_port, "egress": gateway.egress_port,

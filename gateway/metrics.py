@@ -23,6 +23,10 @@ class Metrics:
         self.connections = Gauge("peering_gateway_connections", "Open TLS connections", ["listener"], registry=r)
         self.exchange_calls = Counter("peering_gateway_token_exchange_calls", "Token exchanges at Dex, by outcome",
                                       ["outcome"], registry=r)
+        self.exchange_failures = Counter("peering_gateway_token_exchange_failures",
+                                         "Token exchanges that failed, by peer and reason (TokenExchangeRefused, "
+                                         "TokenExchangeMisconfigured, TokenExchangeUnavailable)",
+                                         ["peer", "reason"], registry=r)
         self.exchange_hits = Counter("peering_gateway_token_exchange_cache_hits",
                                      "Requests served by an exchanged token from the cache or an exchange in flight",
                                      registry=r)

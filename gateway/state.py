@@ -14,7 +14,7 @@ from yarl import URL
 
 from contract import reasons
 from contract.errors import Refusal
-from contract.names import peer_secret_name
+from contract.names import PROVIDER_PREFIX, peer_secret_name
 from gateway.accounting import Accounting
 from gateway.config import GatewayConfig
 from gateway.connections import PeerConnections
@@ -59,8 +59,9 @@ class GatewayState:
         self.relay_pool = RelayPool(api.raw_authority, api_ca, resolver, **pool_kwargs)  # type: ignore[arg-type]
         self._peer_pools: dict[str, tuple[bytes, UpstreamPool]] = {}
         self._retired_pools: list[UpstreamPool] = []
+        self._on_exchange = on_exchange
         dex = DexClient(dex_session, config.token_endpoint, config.dex_client_id, config.dex_client_secret,
-                        config.dex_audience, limits.exchange_timeout, self._observe_dex, on_exchange)
+                        config.dex_audience, limits.exchange_timeout, self._observe_dex, self._exchange_outcome)
         self.exchange = ExchangeCache(dex, margin=limits.exchange_refresh_margin)
         reviewer = TokenReviewer(api_session, config.api_server, config.api_token, timeout=limits.exchange_timeout,
                                  ttl=limits.token_review_ttl, registry=lambda: self.registry,
@@ -124,6 +125,14 @@ class GatewayState:
     def _observe_dex(self, seconds: float, outcome: str) -> None:
         self.metrics.dex_latency.observe(seconds)
         self.metrics.exchange_calls.labels(outcome).inc()
+
+    def _exchange_outcome(self, connector_id: str, failure: tuple[str, str] | None) -> None:
+        # Counted here, in the process that called Dex: a worker reports only changes to its parent.
+        if failure is not None:
+            peer = connector_id[len(PROVIDER_PREFIX):] if connector_id.startswith(PROVIDER_PREFIX) else connector_id
+            self.metrics.exchange_failures.labels(peer, failure[0]).inc()
+        if self._on_exchange is not None:
+            self._on_exchange(connector_id, failure)
 
 
 def _session(ctx: ssl.SSLContext, limit: int, resolver: OverrideResolver, config: GatewayConfig,

@@ -122,7 +122,8 @@ class JoinHandler:
         material = pki.make_key_and_csr(own_uuid)
         now = self.ctx.clock.now()
         try:
-            issued = pki.issue_client_cert(ca, req.csr_pem, req.cluster_uuid, now=now)
+            issued = pki.issue_client_cert(ca, req.csr_pem, req.cluster_uuid, now=now,
+                                           lifetime=self.ctx.settings.control.client_lifetime)
         except pki.PKIError as exc:
             raise _refuse(reasons.INVALID_CSR, exc.message) from None
         fresh_cp = await self.kube.get(CLUSTERPEERS, name)

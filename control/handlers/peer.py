@@ -138,7 +138,8 @@ class PeerHandlers:
             current = _certs(values.get("issued.crt", ""))
             if not current or pki.public_key_fingerprint(current[0]) != pki.public_key_fingerprint(csr):
                 raise Refusal(403, reasons.KEY_MISMATCH, "a renewal must keep the key of the current certificate")
-            cert = pki.issue_client_cert(ca, csr, values.get("peer-uuid") or call.peer.uuid, now=now)
+            cert = pki.issue_client_cert(ca, csr, values.get("peer-uuid") or call.peer.uuid, now=now,
+                                         lifetime=self.ctx.settings.control.client_lifetime)
             issued[:] = [cert]
             # The old certificate stays accepted until it expires, so the peer's connections open meanwhile work.
             keep = [c for c in current[:1] if pki.valid_at(c, now)]

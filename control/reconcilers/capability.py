@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from control.kube import PEERINGCAPABILITIES, Conflict, NotFound
 from control.rules import capabilities as cap_rules
+from control.rules import events as event_rules
 from control.rules.conditions import Cond
 from control.rules.status import capability_status
 from control.workqueue import Result, Watch
@@ -31,6 +32,7 @@ class CapabilityReconciler:
     def __init__(self, ctx: "Context") -> None:
         self.kube = ctx.kube
         self.clock = ctx.clock
+        self.events = ctx.events
         self.informer = ctx.informers.get(PEERINGCAPABILITIES)
         self.watches = (Watch(PEERINGCAPABILITIES),)
 
@@ -46,5 +48,6 @@ class CapabilityReconciler:
         except Conflict:
             return Result(requeue=True)
         except NotFound:
-            pass
+            return Result()
+        await self.events.emit_all(obj, event_rules.capability_events(obj.get("status"), status))
         return Result()

@@ -19,6 +19,7 @@ from control.kube import (CLUSTERPEERS, CLUSTERROLEBINDINGS, CLUSTERROLES, NAMES
                           PROJECTPEERS, ROLEBINDINGS, ROLES, AlreadyExists, Conflict, KubeSession, NotFound)
 from control.optional import PROJECTS
 from control.rules import conditions as cond
+from control.rules import events as event_rules
 from control.rules import grants as grants_rules
 from control.rules import projects as project_rules
 from control.rules.capabilities import validated_capabilities
@@ -66,6 +67,7 @@ class GrantsReconciler:
 
     def __init__(self, ctx: "Context", *, discovery: Discovery | None = None, projects_resource=PROJECTS) -> None:
         self.kube: KubeSession = ctx.kube
+        self.events = ctx.events
         self.discovery = discovery or ctx.discovery
         inf = ctx.informers
         self.clusterpeers = inf.get(CLUSTERPEERS)
@@ -164,13 +166,19 @@ class GrantsReconciler:
             except (AlreadyExists, NotFound):
                 return
             # The status subresource ignores status on create: write it through /status.
-            await self.kube.update_status(PROJECTPEERS, {**created, "status": obj["status"]})
+            written = await self.kube.update_status(PROJECTPEERS, {**created, "status": obj["status"]})
+            await self.events.emit_all(written, event_rules.projectpeer_events(None, obj["status"]))
+
+        before = {((o.get("metadata") or {}).get("namespace"), (o.get("metadata") or {}).get("name")): o
+                  for o in existing}
 
         async def update(obj: dict) -> None:
             try:
-                await self.kube.update_status(PROJECTPEERS, obj)
+                written = await self.kube.update_status(PROJECTPEERS, obj)
             except (Conflict, NotFound):
-                pass  # the next pass compares again
+                return  # the next pass compares again
+            old = before.get((obj["metadata"].get("namespace"), obj["metadata"]["name"])) or {}
+            await self.events.emit_all(written, event_rules.projectpeer_events(old.get("status"), obj["status"]))
 
         await bounded(delete, [o for o in existing
                                if (o["metadata"].get("namespace"), o["metadata"]["name"]) not in want])

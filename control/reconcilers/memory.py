@@ -30,6 +30,11 @@ class PeerMemory:
     #: monotonic time before which a failed announcement is not tried again, and the failures in a row.
     notify_at: float = 0.0
     notify_failures: int = 0
+    #: the wall time (Unix seconds) of the last pull the peer answered with a valid offer; 0 before one.
+    last_sync: float = 0.0
+    #: fingerprints of the certificates last seen in the peer Secret, {"client.crt", "issued.crt"}: a change of
+    #: one is a renewal (an Event).
+    seen_certs: dict = dataclasses.field(default_factory=dict)
 
 
 class Memory:
@@ -46,6 +51,9 @@ class Memory:
         if mem is None:
             mem = self._peers[name] = PeerMemory()
         return mem
+
+    def known(self, name: str) -> bool:
+        return name in self._peers
 
     def forget(self, name: str) -> None:
         self._peers.pop(name, None)

@@ -1,7 +1,9 @@
 """Every alert expression and dashboard query names a metric the process really exports. The exported names are
 read from the code: the gateway's registry (gateway/metrics.py) is started and the control loop's modules are
 imported, and the families of both registries listed with the suffixes the Prometheus client adds (`_total` on
-counters, `_bucket`/`_sum`/`_count` on histograms), so a metric another part adds is known here at once."""
+counters, `_bucket`/`_sum`/`_count` on histograms), with those the control loop computes at each scrape
+(control/metrics.py), so a metric another part adds is known here at once. The alerts an administrator must act
+on (issue 17) are each there."""
 
 from __future__ import annotations
 
@@ -31,9 +33,12 @@ def exported_names() -> set[str]:
         mod = importlib.import_module(package)
         for info in pkgutil.walk_packages(mod.__path__, f"{package}."):
             importlib.import_module(info.name)
+    from control.metrics import ControlCollector
     from gateway.metrics import Metrics
 
     names: set[str] = set()
+    # The control loop's scrape-time collector announces its families (`describe`), the ones `collect` fills.
+    names |= {family.name for family in ControlCollector(None, "d8-peering", leading=lambda: False).describe()}
     for registry in (Metrics().registry, prometheus_client.REGISTRY):
         for family in registry.collect():
             if family.type == "counter":
@@ -119,3 +124,50 @@ def test_every_alert_says_what_to_do() -> None:
                 annotations = rule["annotations"]
                 assert annotations["summary"] and "What to do" in annotations["description"], rule["alert"]
                 assert rule["labels"]["severity_level"] and rule.get("for"), rule["alert"]
+
+
+def _rules() -> dict[str, dict]:
+    out = {}
+    for path in sorted(RULES.glob("*.yaml")):
+        for group in yaml.safe_load(path.read_text()):
+            for rule in group["rules"]:
+                out[rule["alert"]] = rule
+    return out
+
+
+def test_the_control_loops_scraped_metrics_are_known():
+    names = exported_names()
+    assert {"peering_leader", "peering_peer_ready", "peering_peer_ready_info",
+            "peering_peer_last_sync_timestamp_seconds", "peering_certificate_expiry_timestamp_seconds",
+            "peering_certificate_renewal_timestamp_seconds", "peering_events_total",
+            "peering_gateway_token_exchange_failures_total"} <= names
+
+
+def test_the_alerts_an_administrator_must_act_on_are_there():
+    rules = _rules()
+    # A peering not Ready for 15 minutes, with its reason in the text.
+    not_ready = rules["D8PeeringNotReady"]
+    assert "peering_peer_ready" in not_ready["expr"] and not_ready["for"] == "15m"
+    assert 'label "reason"' in not_ready["annotations"]["description"]
+    # A certificate near expiry: judged against its own renewal time, whatever its lifetime.
+    expiry = rules["D8PeeringCertificateExpiresSoon"]["expr"]
+    assert "peering_certificate_expiry_timestamp_seconds" in expiry
+    assert "peering_certificate_renewal_timestamp_seconds" in expiry
+    # Token exchanges failing, by reason.
+    exchange = rules["D8PeeringTokenExchangeFailing"]
+    assert "peering_gateway_token_exchange_failures_total" in exchange["expr"] and "reason" in exchange["expr"]
+    # The gateway refusing or failing an unusual share of requests.
+    assert 'code="4xx"' in rules["D8PeeringGatewayRefusingRequests"]["expr"]
+    assert 'code="5xx"' in rules["D8PeeringGatewayFailingRequests"]["expr"]
+    # No leader, also when no replica is scraped at all.
+    no_leader = rules["D8PeeringNoLeader"]["expr"]
+    assert "peering_leader" in no_leader and "absent(" in no_leader
+
+
+def test_the_dashboard_shows_peerings_by_state_and_reason_and_certificate_expiry():
+    titles: dict[str, str] = {}
+    for title, expr in dashboard_queries():
+        titles[title] = titles.get(title, "") + " " + expr
+    assert "peering_peer_ready_info" in titles["Peerings by state and reason"]
+    assert "peering_certificate_expiry_timestamp_seconds" in titles["Certificate expiry (time left)"]
+    assert "peering_peer_last_sync_timestamp_seconds" in titles["Time since the last sync by peer"]

@@ -73,7 +73,8 @@ def test_client_cert_from_csr(ca):
     assert org == "peering.deckhouse.io"
     eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
-    assert cert.not_valid_after_utc - NOW == timedelta(days=30)
+    # Short-lived: hours, not months.
+    assert cert.not_valid_after_utc - NOW == pki.CLIENT_CERT_LIFETIME == timedelta(hours=24)
     assert pki.issued_by(cert_pem, ca.cert_pem)
     # The CSR and the certificate share the public key fingerprint: a repeated join is recognised by it.
     assert pki.public_key_fingerprint(req.cert_pem) == pki.public_key_fingerprint(cert_pem)
@@ -87,7 +88,7 @@ def test_renewal_csr_keeps_the_key(ca):
 
 
 def test_client_cert_never_outlives_its_ca():
-    short_ca = pki.create_ca("short", now=NOW, lifetime=timedelta(days=3))
+    short_ca = pki.create_ca("short", now=NOW, lifetime=timedelta(hours=3))
     req = pki.make_key_and_csr("b")
     cert = pki.load_cert(pki.issue_client_cert(short_ca, req.cert_pem, "b", now=NOW))
     assert cert.not_valid_after_utc == pki.load_cert(short_ca.cert_pem).not_valid_after_utc
@@ -167,16 +168,16 @@ def test_ca_key_must_match(ca, other_ca):
     ("offset", "expected"),
     [
         (timedelta(0), False),
-        (timedelta(days=19), False),
-        # 2/3 of (30 days + 5 min backdate) counted from the backdated start: NOW + 20 days - 100 s.
-        (timedelta(days=20, seconds=-101), False),
-        (timedelta(days=20, seconds=-100), True),
-        (timedelta(days=25), True),
-        (timedelta(days=31), True),
+        (timedelta(hours=11), False),
+        # Half of (24 h + 5 min backdate) counted from the backdated start: NOW + 12 h - 150 s.
+        (timedelta(hours=12, seconds=-151), False),
+        (timedelta(hours=12, seconds=-150), True),
+        (timedelta(hours=20), True),
+        (timedelta(hours=25), True),
         (timedelta(days=-1), True),  # not yet valid: the clock moved back; renew rather than present it
     ],
 )
-def test_needs_renewal_after_two_thirds(ca, offset, expected):
+def test_needs_renewal_after_half(ca, offset, expected):
     leaf = pki.issue_client_cert(ca, pki.make_key_and_csr("b").cert_pem, "b", now=NOW)
     assert pki.needs_renewal(leaf, NOW + offset) is expected
 
@@ -193,8 +194,22 @@ def test_naive_now_is_refused(ca):
 def test_valid_at(ca):
     leaf = pki.issue_egress_cert(ca, now=NOW).cert_pem
     assert pki.valid_at(leaf, NOW)
-    assert not pki.valid_at(leaf, NOW + timedelta(days=31))
+    assert not pki.valid_at(leaf, NOW + timedelta(hours=13))
     assert not pki.valid_at(leaf, NOW - timedelta(hours=1))
+
+
+def test_server_certs_are_short_lived_and_their_lifetime_can_be_chosen(ca):
+    leaf = pki.issue_entrance_cert(ca, "%s.example.com", now=NOW).cert_pem
+    assert pki.not_after(leaf) - NOW == pki.SERVER_CERT_LIFETIME == timedelta(hours=12)
+    short = pki.issue_egress_cert(ca, now=NOW, lifetime=timedelta(seconds=40)).cert_pem
+    assert pki.not_after(short) - NOW == timedelta(seconds=40)
+    # A short lifetime is backdated by a tenth of it, not five minutes: its renewal is due at half, not at once.
+    assert pki.load_cert(short).not_valid_before_utc == NOW - timedelta(seconds=4)
+    assert pki.renewal_time(short) == NOW + timedelta(seconds=18)
+    assert not pki.needs_renewal(short, NOW + timedelta(seconds=17))
+    with pytest.raises(pki.PKIError) as err:
+        pki.issue_egress_cert(ca, now=NOW, lifetime=timedelta(0))
+    assert err.value.reason == "InvalidLifetime"
 
 
 def test_certs_work_in_real_tls(ca, tmp_path):

@@ -34,6 +34,7 @@ API_VERSION = f"{GROUP}/v1alpha1"
 PEER_UUID = "7c5e0000-0000-4000-8000-0000000000b2"
 PEER_ENTRANCE = "peering-gateway.y.lab"
 DAY = 86400.0
+HOUR = 3600.0
 
 
 def _closed_port() -> int:
@@ -136,9 +137,9 @@ def clusterpeer(world: World, name: str) -> dict:
 
 async def test_certificates_are_written_once_and_renewed_when_the_clock_says(world):
     assert await world.run("certificates", "certificates") == 0
-    world.clock.advance(DAY)
+    world.clock.advance(HOUR)
     assert await world.run("certificates", "certificates") == 0
-    world.clock.advance(20 * DAY)  # two thirds of the servers' 30 days
+    world.clock.advance(5 * HOUR)  # half of the servers' 12 hours
     assert await world.run("certificates", "certificates") == 2
     assert await world.run("certificates", "certificates") == 0
 
@@ -219,7 +220,7 @@ class PeerEntrance:
         if op == "certificate" and request.method == "POST":
             csr = join_rules.parse_certificate_request(await request.json())
             # On the machine's clock, which TLS checks it against. This peer's CA issues for 90 days, so that the
-            # renewed certificate is not due again on the test's clock, which runs 21 days ahead by then.
+            # renewed certificate is not due again on the test's clock, which runs 13 hours ahead by then.
             cert = pki.issue_client_cert(self.ca, csr, CLUSTER_UUID, now=datetime.datetime.now(datetime.timezone.utc),
                                          lifetime=datetime.timedelta(days=90))
             return web.json_response(join_rules.certificate_answer(cert))
@@ -316,10 +317,10 @@ async def test_an_established_peering_writes_only_what_a_pull_or_a_renewal_chang
         assert await world.run("grants", "to-y") == 1
         assert await world.run("grants", "to-y") == 0
 
-        # Two thirds into our client certificate's 30 days it is renewed (the Secret, once) over the peer's
+        # Half into our client certificate's 24 hours it is renewed (the Secret, once) over the peer's
         # /peering/v1/certificate; the pull of that pass changes nothing.
         before = creds.secret_values(server.get("", "secrets", "peer-to-y", NAMESPACE))["client.crt"]
-        clock.advance(21 * DAY)
+        clock.advance(13 * HOUR)
         assert await world.run("clusterpeer", "to-y") == 1
         assert "certificate" in entrance.calls
         after = creds.secret_values(server.get("", "secrets", "peer-to-y", NAMESPACE))

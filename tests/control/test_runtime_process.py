@@ -62,8 +62,9 @@ async def test_leader_bootstraps_both_replicas_publish_and_steady_state_makes_no
             assert a.elector.is_leader and not b.elector.is_leader
 
             # Steady state: a few renewals pass, and only the Lease is written, only by the leader.
+            # The bootstrap wrote the CA and the two server certificates, and an Event for each certificate.
             written = non_lease_writes(kube)
-            assert written == {("POST", "secrets"): 3}
+            assert written == {("POST", "secrets"): 3, ("POST", "events"): 2}
             renewals = kube.write_counts[("PUT", "leases")]
             await eventually(lambda: kube.write_counts[("PUT", "leases")] >= renewals + 5, what="renewals")
             assert non_lease_writes(kube) == written

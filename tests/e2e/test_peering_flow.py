@@ -229,14 +229,14 @@ def _put_secret_values(cluster, name: str, values: dict[str, str]) -> None:
 
 
 async def test_client_certificate_is_renewed_before_expiry(lab):
-    """b's client certificate toward a is made old (issued by a's CA 25 of its 30 days ago, as if time passed):
-    b renews it over /peering/v1/certificate with a CSR for the same key, and the peering stays Ready."""
+    """b's client certificate toward a is made old (issued by a's CA three quarters of its lifetime ago, as if time
+    passed): b renews it over /peering/v1/certificate with a CSR for the same key, and the peering stays Ready."""
     a, b = lab["a"], lab["b"]
     await _active_ready(b, "to-a")
     a_ca = _secret_values(a, "peering-ca")
     b_values = _secret_values(b, "peer-to-a")
     b_uuid = b.info()["uuid"]
-    past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=25)
+    past = datetime.datetime.now(datetime.timezone.utc) - pki.CLIENT_CERT_LIFETIME * 3 / 4
     old = pki.issue_client_cert(pki.CertAndKey(a_ca["tls.crt"], a_ca["tls.key"]),
                                 pki.csr_for_key(b_values["client.key"], b_uuid), b_uuid, now=past)
     a_values = _secret_values(a, "peer-to-b")

@@ -8,6 +8,7 @@ the spec changes; any other failure is retried with a backoff.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from dataclasses import dataclass
 
@@ -41,8 +42,9 @@ class JoinOutcome:
 
 class Joiner:
     def __init__(self, kube: KubeSession, client: PeerClient, memory: Memory, clock: Clock, *, namespace: str,
-                 entrance_host: str) -> None:
+                 entrance_host: str, client_cert_lifetime: datetime.timedelta = pki.CLIENT_CERT_LIFETIME) -> None:
         self.kube = kube
+        self.client_cert_lifetime = client_cert_lifetime
         self.client = client
         self.memory = memory
         self.clock = clock
@@ -85,7 +87,8 @@ class Joiner:
             ours = offer_rules.own_keys_problem(checked.offer, obs.offer)
             if ours is not None:
                 raise join_rules.JoinError(join_rules.INVALID_ANSWER, ours)
-            issued = pki.issue_client_cert(obs.ca, checked.csr_pem, checked.cluster_uuid, now=obs.now)
+            issued = pki.issue_client_cert(obs.ca, checked.csr_pem, checked.cluster_uuid, now=obs.now,
+                                           lifetime=self.client_cert_lifetime)
         except join_rules.JoinError as exc:
             return self._failed(obs, mem, values, generation, exc.reason, exc.message)
         except pki.PKIError as exc:
@@ -96,6 +99,7 @@ class Joiner:
         if await write_peer_secret(self.kube, obs.cp, self.namespace, new_values, secret) is None:
             return JoinOutcome(values, requeue=True)
         mem.join_error, mem.join_failures, mem.pull_at = None, 0, self.memory.next_pull()
+        mem.last_sync = obs.now.timestamp()
         peer = offer_rules.peer_status(checked.offer, alias=checked.alias, cluster_uuid=checked.cluster_uuid,
                                        endpoint=checked.entrance, last_sync=obs.now)
         log.info("joined", extra={"clusterpeer": obs.key, "peer": checked.cluster_uuid})

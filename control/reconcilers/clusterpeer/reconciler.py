@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Iterable
 
 from contract.names import (CA_SECRET, ENTRANCE_TLS_SECRET, JOIN_TLS_SECRET, MANAGED_BY_SELECTOR, peer_secret_name,
                             provider_name)
+from control import pki
+from control.connstring import format_time
 from control.facts import Discovery, Issuer
 from control.kube import CLUSTERPEERS, NAMESPACES, PEERINGCAPABILITIES, SECRETS, Conflict, KubeSession, NotFound
 from control.optional import PROJECTS, TOKENEXCHANGEPROVIDERS
@@ -20,6 +22,7 @@ from control.reconcilers.clusterpeer.sync import SyncOutcome, Syncer
 from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import conditions as cond
 from control.rules import credentials as creds
+from control.rules import events as event_rules
 from control.rules import projects as project_rules
 from control.rules.access import desired_access
 from control.rules.capabilities import validated_capabilities
@@ -60,7 +63,8 @@ class ClusterPeerReconciler:
         join_tls = f"metadata.name={JOIN_TLS_SECRET}"
         self.join_tls = inf.get(SECRETS, namespace=self.namespace, field_selector=join_tls)
         self.joiner = Joiner(ctx.kube, client, memory, ctx.clock, namespace=self.namespace,
-                             entrance_host=self.settings.entrance_host)
+                             entrance_host=self.settings.entrance_host,
+                             client_cert_lifetime=self.settings.control.client_lifetime)
         self.syncer = Syncer(ctx.kube, client, memory, ctx.clock, namespace=self.namespace)
         # Read at each pass: the runtime connects the gateway's exchange failures after building the reconcilers.
         self.provider = ProviderKeeper(ctx.kube, self.providers, exchange_failures=lambda: ctx.exchange_failures())
@@ -175,7 +179,9 @@ class ClusterPeerReconciler:
 
         status = self._status(obs, mem, credentials=credentials.progress, problem=problem, invite=invite,
                               peer=peer, synced=synced, derived=derived, token_exchange=token_exchange,
-                              access=access, selfcheck=selfcheck)
+                              access=access, selfcheck=selfcheck,
+                              client_cert_expired=expiry_passed(values.get("client.crt"), obs.now)
+                              if established else None)
         if status != obs.status:
             try:
                 await self.kube.update_status(CLUSTERPEERS, {**cp, "status": status})
@@ -183,7 +189,10 @@ class ClusterPeerReconciler:
                 return Result(requeue=True)
             except NotFound:
                 return Result()
+            await self.ctx.events.emit_all(cp, event_rules.clusterpeer_events(obs.status, status, now=obs.now))
         if established:
+            renewed, mem.seen_certs = event_rules.certificate_events(mem.seen_certs, values)
+            await self.ctx.events.emit_all(cp, renewed)
             # The objects that follow from the status (grants, ProjectPeers) are the grants reconciler's: this
             # pass stays short however many projects are paired.
             wait = await self.syncer.announce(obs, mem, values)
@@ -194,7 +203,7 @@ class ClusterPeerReconciler:
     def _status(self, obs: Observed, mem: PeerMemory, *, credentials: str, problem: tuple[str, str] | None,
                 invite: dict | None, peer: dict | None, synced: SyncOutcome | None, derived: Entitlements,
                 token_exchange: cond.Cond | None, access: dict | None,
-                selfcheck: tuple[cond.Cond, cond.Cond] | None) -> dict:
+                selfcheck: tuple[cond.Cond, cond.Cond] | None, client_cert_expired: str | None = None) -> dict:
         """The status from what the pass observed: Ready and the phase (`rules.conditions.readiness`, where each
         reason is chosen), then every field and condition (`rules.status.clusterpeer_status`)."""
         state = cond.PeeringState(
@@ -203,10 +212,21 @@ class ClusterPeerReconciler:
             join_error=(mem.join_error[1], mem.join_error[2]) if mem.join_error else None,
             has_peer_offer=peer is not None, sync_error=synced.error if synced else None,
             credentials_undelivered=synced.undelivered if synced else False, token_exchange=token_exchange,
-            projects_absent=obs.projects_absent)
+            projects_absent=obs.projects_absent, client_cert_expired=client_cert_expired)
         return clusterpeer_status(
             obs.status, generation=obs.generation, now=obs.now, readiness=cond.readiness(state, obs.now),
             token_exchange=token_exchange, client_cert=selfcheck[0] if selfcheck else KEEP,
             server_cert=selfcheck[1] if selfcheck else KEEP, invite=invite, offer=obs.offer, peer=peer,
             effectiveCapabilities=derived.capability_names, grants=derived.grants.status, access=access,
             pairedProjectsCount=derived.paired_count)
+
+
+def expiry_passed(cert_pem: str | None, now) -> str | None:
+    """When `cert_pem` expired (format_time), or None while it is valid, absent or unreadable."""
+    if not cert_pem:
+        return None
+    try:
+        end = pki.not_after(cert_pem)
+    except pki.PKIError:
+        return None
+    return format_time(end) if end < now else None

@@ -140,6 +140,7 @@ class Syncer:
             return peer
         failed_before = mem.sync_error is not None
         mem.sync_error, mem.sync_failures = None, 0
+        mem.last_sync = obs.now.timestamp()
         fresh = offer_rules.peer_status(offer, alias=alias, cluster_uuid=values.get("peer-uuid", ""),
                                         endpoint=values.get("peer-entrance", ""), last_sync=obs.now)
         if not failed_before and offer_rules.same_peer(peer, fresh):
