@@ -1,14 +1,121 @@
-"""The API session and the informers against the emulated API server: typed errors, preconditions, write
-counting, a watch that resumes after the server ends it, and a relist after 410 Gone."""
+"""The API session and the informers against the emulated API server and a real kube-apiserver: typed errors,
+preconditions, write counting, a watch that resumes after the server ends it, and a relist after 410 Gone.
+
+Every test runs on both backends (`[emulator]`, `[real]`). The emulator is new for each test; the real
+kube-apiserver is one per module (started in 4-5 s), emptied between tests. Where the emulator is told to keep a
+short history (5 changes) and send bookmarks every 50 ms, the real one loses its watch history by a restart of
+kube-apiserver (its watch cache then starts at etcd's current revision) and sends a bookmark 2 s before a
+watch's timeoutSeconds, as it does to every client."""
 
 from __future__ import annotations
+
+import asyncio
+import pathlib
 
 import pytest
 
 from control import kube as k
 from control.informers import Informers
 from control.watch import Informer
-from tests.control.conftest import NAMESPACE, eventually, start_api
+from lab.testing import apiserver_backends, real_binaries_or_skip
+from tests.control.conftest import CLUSTER_UUID, CRDS, NAMESPACE, eventually, start_api
+
+
+class RealServer:
+    """What these tests use of the emulator's ApiServer, on a real kube-apiserver (lab/real/, lab/kubeapi.py)."""
+
+    def __init__(self, plane, api) -> None:
+        self.plane, self.api = plane, api
+        self.url, self.port, self.sa_issuer = plane.url, api.port, api.sa_issuer
+        self.create, self.get, self.update, self.delete = api.create, api.get, api.update, api.delete
+
+    def empty(self) -> None:
+        """What a test left behind goes, so that the next one starts as on a fresh emulator."""
+        for path in (f"/api/v1/namespaces/{NAMESPACE}/configmaps", "/api/v1/namespaces/default/configmaps",
+                     f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
+                     f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles",
+                     f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings",
+                     "/apis/peering.deckhouse.io/v1alpha1/clusterpeers"):
+            self.api.request("DELETE", path)
+
+
+def client_cert(server, user: str, groups=()) -> tuple[bytes, bytes]:
+    """A client certificate of `user` in `groups` that the server trusts, and its key."""
+    if isinstance(server, RealServer):
+        ck = server.plane.pki.client_ca.issue_client(user, list(groups))
+        return ck.cert_pem, ck.key_pem
+    from lab.apiserver.testing import issue_client_cert
+    return issue_client_cert(server, user, groups)
+
+
+def serving_ca(server) -> bytes:
+    return server.plane.ca_pem if isinstance(server, RealServer) else server.test_ca.cert_pem.bytes()
+
+
+async def lose_history(server) -> None:
+    """Make the changes so far older than what the server's watches can start from: a restart of a real
+    kube-apiserver; on the emulator the short history (history=5) has done it already."""
+    if isinstance(server, RealServer):
+        await server.plane.restart_apiserver()
+
+
+@pytest.fixture(scope="module", params=apiserver_backends())
+def backend(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def real_cluster(backend, tmp_path_factory):
+    """One real control plane for the module's `[real]` tests (started outside any test's event loop: it is only
+    processes), with the module's CRDs, its namespace and the cluster UUID; None for `[emulator]`."""
+    if backend != "real":
+        yield None
+        return
+    from lab.kubeapi import HttpApi
+    from lab.real import RealControlPlane
+
+    plane = RealControlPlane("lab", tmp_path_factory.mktemp("real-lab"), binaries=real_binaries_or_skip())
+    asyncio.run(plane.start(crds=[CRDS]))
+    api = HttpApi("lab", plane.url, plane.ca_pem, plane.pki.admin)
+    try:
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        api.create({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "d8-cluster-uuid", "namespace": "kube-system"},
+                    "data": {"cluster-uuid": CLUSTER_UUID}})
+        yield RealServer(plane, api)
+    finally:
+        api.close()
+        asyncio.run(plane.stop())
+
+
+@pytest.fixture
+async def api(backend, real_cluster, tmp_path):
+    """(server, admin kubeconfig path): a fresh emulator, or the module's real kube-apiserver emptied."""
+    if real_cluster is not None:
+        real_cluster.empty()
+        yield real_cluster, pathlib.Path(real_cluster.plane.admin_kubeconfig)
+        return
+    server, kubeconfig = await start_api(tmp_path)
+    try:
+        yield server, kubeconfig
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def short_history(backend, real_cluster, tmp_path):
+    """(server, kubeconfig) whose watch history is short: an emulator keeping 5 changes and sending bookmarks
+    every 50 ms, or the real one (see `lose_history`); `watch_timeout` for informers there, so that kube-apiserver
+    sends a bookmark before the watch ends (it sends them 2 s before timeoutSeconds, or every minute)."""
+    if real_cluster is not None:
+        real_cluster.empty()
+        yield real_cluster, pathlib.Path(real_cluster.plane.admin_kubeconfig), 5
+        return
+    server, kubeconfig = await start_api(tmp_path, history=5, bookmark_interval=0.05)
+    try:
+        yield server, kubeconfig, 300
+    finally:
+        await server.stop()
 
 
 def cm(name, **data):
@@ -101,38 +208,36 @@ async def test_informer_resumes_when_the_server_ends_the_watch(kube, api):
         await informer.stop()
 
 
-async def test_informer_relists_after_410_and_reports_only_differences(tmp_path):
-    server, kubeconfig = await start_api(tmp_path, history=5)
-    try:
-        async with await k.KubeSession.connect(str(kubeconfig)) as session:
-            for name in ("keep", "change", "drop"):
-                server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm(name)})
-            informer = Informer(session, k.CONFIGMAPS, namespace=NAMESPACE)
-            events = Events()
-            informer.subscribe(events)
-            informer.start()
-            await eventually(informer.synced.is_set, what="first list")
+async def test_informer_relists_after_410_and_reports_only_differences(short_history):
+    server, kubeconfig, _ = short_history
+    async with await k.KubeSession.connect(str(kubeconfig)) as session:
+        for name in ("keep", "change", "drop"):
+            server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm(name)})
+        informer = Informer(session, k.CONFIGMAPS, namespace=NAMESPACE)
+        events = Events()
+        informer.subscribe(events)
+        informer.start()
+        await eventually(informer.synced.is_set, what="first list")
+        await informer.stop()
+        events.seen.clear()
+        # While it is away, more changes than the server's history keeps: its resourceVersion is too old.
+        for i in range(10):
+            server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm(f"new{i}")})
+            server.delete("", "configmaps", f"new{i}", NAMESPACE)
+        changed = server.get("", "configmaps", "change", NAMESPACE)
+        server.update({**changed, "data": {"v": "2"}})
+        server.delete("", "configmaps", "drop", NAMESPACE)
+        server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm("added")})
+        await lose_history(server)
+        informer.start()
+        try:
+            await eventually(lambda: informer.lists == 2, what="relist after 410")
+            await eventually(lambda: len(events.seen) >= 3, what="the differences")
+            assert sorted(events.seen) == [("ADDED", "added"), ("DELETED", "drop"), ("MODIFIED", "change")]
+            assert set(informer.store) == {f"{NAMESPACE}/{n}" for n in ("keep", "change", "added")}
+            assert informer.store[f"{NAMESPACE}/change"]["data"] == {"v": "2"}
+        finally:
             await informer.stop()
-            events.seen.clear()
-            # While it is away, more changes than the server's history keeps: its resourceVersion is too old.
-            for i in range(10):
-                server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm(f"new{i}")})
-                server.delete("", "configmaps", f"new{i}", NAMESPACE)
-            changed = server.get("", "configmaps", "change", NAMESPACE)
-            server.update({**changed, "data": {"v": "2"}})
-            server.delete("", "configmaps", "drop", NAMESPACE)
-            server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm("added")})
-            informer.start()
-            try:
-                await eventually(lambda: informer.lists == 2, what="relist after 410")
-                await eventually(lambda: len(events.seen) >= 3, what="the differences")
-                assert sorted(events.seen) == [("ADDED", "added"), ("DELETED", "drop"), ("MODIFIED", "change")]
-                assert set(informer.store) == {f"{NAMESPACE}/{n}" for n in ("keep", "change", "added")}
-                assert informer.store[f"{NAMESPACE}/change"]["data"] == {"v": "2"}
-            finally:
-                await informer.stop()
-    finally:
-        await server.stop()
 
 
 async def test_informer_retries_with_backoff_while_the_server_refuses(kube, api):
@@ -162,55 +267,52 @@ async def test_informers_share_one_watch_per_selection(kube):
 
 
 async def test_forbidden_and_unauthorized_are_typed(api, tmp_path):
-    from lab.apiserver.testing import issue_client_cert, write_kubeconfig
+    from lab.apiserver.testing import write_kubeconfig
 
     server, _ = api
-    cert, key = issue_client_cert(server, "alice", ["team"])
-    path = write_kubeconfig(tmp_path / "alice", server.url, server.test_ca.cert_pem.bytes(), cert, key)
+    cert, key = client_cert(server, "alice", ["team"])
+    path = write_kubeconfig(tmp_path / "alice", server.url, serving_ca(server), cert, key)
     async with await k.KubeSession.connect(str(path)) as alice:
         with pytest.raises(k.Forbidden) as err:
             await alice.list(k.SECRETS, NAMESPACE)
         assert err.value.code == 403 and "alice" in err.value.message
-    path = write_kubeconfig(tmp_path / "anon", server.url, server.test_ca.cert_pem.bytes(), token="not-a-token")
+    path = write_kubeconfig(tmp_path / "anon", server.url, serving_ca(server), token="not-a-token")
     async with await k.KubeSession.connect(str(path)) as anon:
         assert anon.bearer_token() == "not-a-token"
         with pytest.raises(k.Unauthorized):
             await anon.get(k.SECRETS, "x", NAMESPACE)
 
 
-async def test_bookmarks_keep_a_quiet_watch_resumable(tmp_path):
+async def test_bookmarks_keep_a_quiet_watch_resumable(short_history):
     # History holds 5 changes; 20 changes elsewhere pass while this selection stays quiet. Bookmarks move the
     # informer's resourceVersion along, so resuming after that needs no relist.
-    server, kubeconfig = await start_api(tmp_path, history=5, bookmark_interval=0.05)
-    try:
-        async with await k.KubeSession.connect(str(kubeconfig)) as session:
-            informer = Informer(session, k.CONFIGMAPS, namespace=NAMESPACE)
-            informer.start()
-            try:
-                await eventually(informer.synced.is_set, what="first list")
-                # Seeing an event proves the watch is established before the burst (else it could start from
-                # a point the burst has already pushed out of the history, and rightly relist).
-                server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm("first")})
-                await eventually(lambda: informer.get("first", NAMESPACE) is not None, what="the watch running")
-                listed_at = int(informer.resource_version)
-                for i in range(20):
-                    server.create({"apiVersion": "v1", "kind": "ConfigMap",
-                                   "metadata": {"name": f"elsewhere{i}", "namespace": "default"}})
-                latest = int(server.get("", "configmaps", "elsewhere19", "default")["metadata"]["resourceVersion"])
-                await eventually(lambda: int(informer.resource_version) >= latest, what="a bookmark")
-                assert int(informer.resource_version) > listed_at
-            finally:
-                await informer.stop()
-            # Restarted, it resumes from the bookmark: the server still has that point in its history.
-            server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm("later")})
-            informer.start()
-            try:
-                await eventually(lambda: informer.get("later", NAMESPACE) is not None, what="the new object")
-                assert informer.lists == 1
-            finally:
-                await informer.stop()
-    finally:
-        await server.stop()
+    server, kubeconfig, watch_timeout = short_history
+    async with await k.KubeSession.connect(str(kubeconfig)) as session:
+        informer = Informer(session, k.CONFIGMAPS, namespace=NAMESPACE, watch_timeout=watch_timeout)
+        informer.start()
+        try:
+            await eventually(informer.synced.is_set, what="first list")
+            # Seeing an event proves the watch is established before the burst (else it could start from
+            # a point the burst has already pushed out of the history, and rightly relist).
+            server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm("first")})
+            await eventually(lambda: informer.get("first", NAMESPACE) is not None, what="the watch running")
+            listed_at = int(informer.resource_version)
+            for i in range(20):
+                server.create({"apiVersion": "v1", "kind": "ConfigMap",
+                               "metadata": {"name": f"elsewhere{i}", "namespace": "default"}})
+            latest = int(server.get("", "configmaps", "elsewhere19", "default")["metadata"]["resourceVersion"])
+            await eventually(lambda: int(informer.resource_version) >= latest, what="a bookmark")
+            assert int(informer.resource_version) > listed_at
+        finally:
+            await informer.stop()
+        # Restarted, it resumes from the bookmark: the server still has that point in its history.
+        server.create({"apiVersion": "v1", "kind": "ConfigMap", **cm("later")})
+        informer.start()
+        try:
+            await eventually(lambda: informer.get("later", NAMESPACE) is not None, what="the new object")
+            assert informer.lists == 1
+        finally:
+            await informer.stop()
 
 
 async def test_a_bearer_token_session_authenticates_as_its_serviceaccount(api, tmp_path):
@@ -219,8 +321,9 @@ async def test_a_bearer_token_session_authenticates_as_its_serviceaccount(api, t
     server, _ = api
     sa = server.create({"apiVersion": "v1", "kind": "ServiceAccount",
                         "metadata": {"name": "peering", "namespace": NAMESPACE}})
-    token, _ = server.sa_issuer.issue(NAMESPACE, "peering", sa["metadata"]["uid"], [server.url], 3600)
-    path = write_kubeconfig(tmp_path / "sa", server.url, server.test_ca.cert_pem.bytes(), token=token)
+    # No audiences asked: the token gets the API server's own (--api-audiences), as `kubectl create token`.
+    token, _ = server.sa_issuer.issue(NAMESPACE, "peering", sa["metadata"]["uid"], [], 3600)
+    path = write_kubeconfig(tmp_path / "sa", server.url, serving_ca(server), token=token)
     async with await k.KubeSession.connect(str(path)) as session:
         assert session.credentials().token() == token
         review = await session.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body={
@@ -230,7 +333,7 @@ async def test_a_bearer_token_session_authenticates_as_its_serviceaccount(api, t
 
 
 async def test_object_poller_follows_one_object_with_get_only(api, tmp_path):
-    from lab.apiserver.testing import issue_client_cert, write_kubeconfig
+    from lab.apiserver.testing import write_kubeconfig
 
     server, _ = api
     # A user who may only get this one ConfigMap, as the chart grants the process for the cluster UUID.
@@ -242,8 +345,8 @@ async def test_object_poller_follows_one_object_with_get_only(api, tmp_path):
                    "metadata": {"name": "uuid-reader", "namespace": NAMESPACE},
                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "uuid-reader"},
                    "subjects": [{"kind": "User", "name": "reader"}]})
-    cert, key = issue_client_cert(server, "reader")
-    path = write_kubeconfig(tmp_path / "reader", server.url, server.test_ca.cert_pem.bytes(), cert, key)
+    cert, key = client_cert(server, "reader")
+    path = write_kubeconfig(tmp_path / "reader", server.url, serving_ca(server), cert, key)
     async with await k.KubeSession.connect(str(path)) as session:
         informers = Informers(session)
         poller = informers.get_object(k.CONFIGMAPS, "polled", namespace=NAMESPACE, interval=0.05)
@@ -270,13 +373,12 @@ async def test_object_poller_follows_one_object_with_get_only(api, tmp_path):
 
 async def test_the_session_reaches_a_lab_host_name_through_the_resolver(api, tmp_path):
     from gateway.resolve import OverrideResolver
-    from lab.apiserver.testing import issue_client_cert, write_kubeconfig
+    from lab.apiserver.testing import write_kubeconfig
 
     server, _ = api
-    cert, key = issue_client_cert(server, "lab-admin", ["system:masters"])
+    cert, key = client_cert(server, "lab-admin", ["system:masters"])
     # The serving certificate names api.lab.lab, which no DNS knows: only the resolver map leads there.
-    path = write_kubeconfig(tmp_path / "named", f"https://api.lab.lab:{server.port}",
-                            server.test_ca.cert_pem.bytes(), cert, key)
+    path = write_kubeconfig(tmp_path / "named", f"https://api.lab.lab:{server.port}", serving_ca(server), cert, key)
     resolver = OverrideResolver({"api.lab.lab": f"127.0.0.1:{server.port}"})
     try:
         async with await k.KubeSession.connect(str(path), resolver=resolver) as session:
