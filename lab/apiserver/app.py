@@ -210,7 +210,12 @@ def parse_request(method: str, path: str, query) -> RequestInfo:
 
 
 def _accepts_table(accept: str) -> bool:
-    return "as=Table" in accept and "g=meta.k8s.io" in accept
+    return table.table_version(accept) is not None
+
+
+def _prefers_yaml(accept: str) -> bool:
+    first = accept.split(",")[0].split(";")[0].strip().lower() if accept else ""
+    return first == "application/yaml"
 
 
 def _check_accept(accept: str) -> None:
@@ -815,11 +820,20 @@ class ApiServer:
 
     def _respond_objects(self, request: web.Request, res: ResourceInfo, objs: list[dict], single: bool,
                          list_meta: dict | None = None):
+        if _prefers_yaml(request.headers.get("Accept", "")):
+            resp = self._respond_objects_json(request, res, objs, single, list_meta)
+            # The same document in YAML, as kube-apiserver serves a client that asks for it first.
+            return web.Response(body=yaml.safe_dump(json.loads(resp.body), sort_keys=True).encode(),
+                                status=resp.status, content_type="application/yaml")
+        return self._respond_objects_json(request, res, objs, single, list_meta)
+
+    def _respond_objects_json(self, request: web.Request, res: ResourceInfo, objs: list[dict], single: bool,
+                              list_meta: dict | None = None):
         list_meta = list_meta or {"resourceVersion": str(self.store.current_rv)}
         if _accepts_table(request.headers.get("Accept", "")):
             include = request.query.get("includeObject", "Metadata")
             rv = objs[0]["metadata"].get("resourceVersion", "") if single else list_meta["resourceVersion"]
-            out = table.table(res, objs, rv, include)
+            out = table.table(res, objs, rv, include, version=table.table_version(request.headers["Accept"]))
             if not single:
                 out["metadata"] = dict(list_meta)
             return _json_response(out)
@@ -1042,7 +1056,10 @@ class ApiServer:
                 deadline = loop.time() + max(0, int(timeout))
             except ValueError:
                 raise errors.bad_request(f'timeoutSeconds "{timeout}" is not a number of seconds')
-        as_table = _accepts_table(request.headers.get("Accept", ""))
+        table_version = table.table_version(request.headers.get("Accept", ""))
+        as_table = table_version is not None
+        if as_table:
+            table.table(res, [], "", query.get("includeObject", "Metadata"))   # refuses a bad includeObject now
         present = self._masker(res, user, attrs)
         initial = None
         if rv in (None, 0) or send_initial:
@@ -1067,7 +1084,8 @@ class ApiServer:
             obj = present(obj)
             if as_table:
                 obj = table.table(res, [obj], obj["metadata"].get("resourceVersion", ""),
-                                  query.get("includeObject", "Metadata"), with_columns=not columns_sent)
+                                  query.get("includeObject", "Metadata"), with_columns=not columns_sent,
+                                  version=table_version)
                 columns_sent = True
             return _dump({"type": kind, "object": obj}) + b"\n"
 

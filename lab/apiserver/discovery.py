@@ -4,6 +4,7 @@ learn that the server validates fields itself (so it sends fieldValidation= inst
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 
@@ -26,7 +27,13 @@ def wants_aggregated(accept: str) -> bool:
 
 
 def _storage_hash(info: ResourceInfo) -> str:
-    return hashlib.sha256(f"{info.group}/{info.version}/{info.plural}".encode()).hexdigest()[:16]
+    """kube-apiserver's storageVersionHash: the first 8 bytes of the SHA-256 of the storage version's
+    `group/version/kind`, in base64 (events.k8s.io Events are stored as core v1 Events)."""
+    if info.storage is not None:
+        group, version = info.storage[0], "v1"
+    else:
+        group, version = info.group, info.storage_version or info.version
+    return base64.b64encode(hashlib.sha256(f"{group}/{version}/{info.kind}".encode()).digest()[:8]).decode()
 
 
 def _group_versions(registry: Registry, group: str, unavailable: dict[str, list[str]] | None = None) -> list[dict]:
@@ -85,8 +92,11 @@ def resource_list(registry: Registry, group: str, version: str) -> dict | None:
                 g, v, k = _SUBRESOURCE_KINDS[(info.plural, sub)]
                 sub_entry.update({"group": g, "version": v, "kind": k})
             out.append(sub_entry)
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": info.group_version if infos else "",
-            "resources": out}
+    doc = {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": info.group_version if infos else "",
+           "resources": out}
+    if not group:
+        del doc["apiVersion"]   # kube-apiserver's /api/v1 names no apiVersion
+    return doc
 
 
 def _aggregated_resource(info: ResourceInfo) -> dict:
@@ -127,9 +137,7 @@ def aggregated(registry: Registry, legacy: bool, unavailable: dict[str, list[str
         for v in unavailable.get(g, ()):
             versions.append({"version": v, "freshness": "Stale"})
         if versions:
-            meta = {"creationTimestamp": None}
-            if g:
-                meta["name"] = g
+            meta = {"name": g} if g else {}
             items.append({"metadata": meta, "versions": versions})
     return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
             "items": items}

@@ -98,8 +98,13 @@ BUILTINS: tuple[ResourceInfo, ...] = (
 )
 
 # The order kube-apiserver lists its groups in; custom groups follow in the order their CRDs arrived.
-BUILTIN_GROUP_ORDER = ("", "events.k8s.io", "coordination.k8s.io", "rbac.authorization.k8s.io",
-                       "authentication.k8s.io", "authorization.k8s.io", "apiextensions.k8s.io")
+BUILTIN_GROUP_ORDER = ("", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io",
+                       "rbac.authorization.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io")
+# A custom resource's verbs, in the order kube-apiserver lists them.
+CUSTOM_VERBS = ("delete", "deletecollection", "get", "list", "patch", "create", "update", "watch")
+
+
+_BUILTIN_GROUPS = {info.group for info in BUILTINS}
 
 
 def default_printer_columns(crd_version: dict) -> tuple[dict, ...]:
@@ -132,7 +137,8 @@ def resources_of_crd(crd: dict, sensitive_paths=None) -> list[ResourceInfo]:
             namespaced=spec.get("scope", "Namespaced") == "Namespaced",
             singular=names.get("singular") or names["kind"].lower(),
             short_names=tuple(names.get("shortNames") or ()), categories=tuple(names.get("categories") or ()),
-            subresources=subs, schema=schema, printer_columns=default_printer_columns(v), custom=True,
+            verbs=CUSTOM_VERBS, subresources=subs, schema=schema, printer_columns=default_printer_columns(v),
+            custom=True,
             has_generation=True,
             sensitive_paths=tuple(tuple(p) for p in (sensitive_paths(schema) if sensitive_paths else ())),
             storage_version=storage, storage_schema=schemas[storage],
@@ -179,7 +185,10 @@ class Registry:
         return None
 
     def groups(self) -> list[str]:
-        return list(self._group_order)
+        """The built-in groups in kube-apiserver's order, then the custom ones by name (all of equal priority)."""
+        builtin = [g for g in BUILTIN_GROUP_ORDER if g in self._group_order]
+        builtin += [g for g in self._group_order if g not in builtin and g in _BUILTIN_GROUPS]
+        return builtin + sorted(g for g in self._group_order if g not in builtin)
 
     def versions(self, group: str) -> list[str]:
         seen: list[str] = []

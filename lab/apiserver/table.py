@@ -218,19 +218,42 @@ def _name_column() -> dict:
     return {"name": "Name", "type": "string", "format": "name", "description": NAME_DESCRIPTION, "priority": 0}
 
 
+# The built-ins' column descriptions are their Go types' API documentation, as kube-apiserver's printers use it.
+CREATION_TIMESTAMP_DESCRIPTION = (
+    "CreationTimestamp is a timestamp representing the server time when this object was created. It is not "
+    "guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It "
+    "is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More "
+    "info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata")
+
+
 def _age_column() -> dict:
-    return {"name": "Age", "type": "string", "format": "",
-            "description": "CreationTimestamp is a timestamp representing the server time when this object was "
-                           "created.", "priority": 0}
+    return {"name": "Age", "type": "string", "format": "", "description": CREATION_TIMESTAMP_DESCRIPTION,
+            "priority": 0}
 
 
-# Built-in kinds show a few columns of their own before AGE, like kube-apiserver's printers.
+# Built-in kinds show a few columns of their own before AGE, like kube-apiserver's printers: (name,
+# description, cell). Every one is of type string, counts included.
 _BUILTIN_COLUMNS = {
-    ("", "namespaces"): [("Status", lambda o: (o.get("status") or {}).get("phase", "Active"))],
-    ("", "secrets"): [("Type", lambda o: o.get("type", "Opaque")),
-                      ("Data", lambda o: len(o.get("data") or {}))],
-    ("", "configmaps"): [("Data", lambda o: len(o.get("data") or {}) + len(o.get("binaryData") or {}))],
-    ("coordination.k8s.io", "leases"): [("Holder", lambda o: (o.get("spec") or {}).get("holderIdentity", ""))],
+    ("", "namespaces"): [("Status", "The status of the namespace",
+                          lambda o: (o.get("status") or {}).get("phase", "Active"))],
+    ("", "secrets"): [("Type", "Used to facilitate programmatic handling of secret data. More info: "
+                               "https://kubernetes.io/docs/concepts/configuration/secret/#secret-types",
+                       lambda o: o.get("type", "Opaque")),
+                      ("Data", "Data contains the secret data. Each key must consist of alphanumeric characters, "
+                               "'-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, "
+                               "representing the arbitrary (possibly non-string) data value here. Described in "
+                               "https://tools.ietf.org/html/rfc4648#section-4",
+                       lambda o: len(o.get("data") or {}))],
+    ("", "configmaps"): [("Data", "Data contains the configuration data. Each key must consist of alphanumeric "
+                                  "characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the "
+                                  "BinaryData field. The keys stored in Data must not overlap with the keys in the "
+                                  "BinaryData field, this is enforced during validation process.",
+                          lambda o: len(o.get("data") or {}) + len(o.get("binaryData") or {}))],
+    ("coordination.k8s.io", "leases"): [("Holder", "holderIdentity contains the identity of the holder of a "
+                                                   "current lease. If Coordinated Leader Election is used, the "
+                                                   "holder identity must be equal to the elected "
+                                                   "LeaseCandidate.metadata.name field.",
+                                         lambda o: (o.get("spec") or {}).get("holderIdentity", ""))],
 }
 
 
@@ -238,37 +261,60 @@ def column_definitions(info: ResourceInfo) -> list[dict]:
     cols = [_name_column()]
     if info.custom:
         for c in info.printer_columns:
+            # A column without a description is described by its JSONPath, as kube-apiserver does.
             cols.append({"name": c["name"], "type": c.get("type", "string"), "format": c.get("format", ""),
-                         "description": c.get("description", ""), "priority": c.get("priority", 0)})
+                         "description": c.get("description") or "Custom resource definition column (in JSONPath "
+                                                                f"format): {c.get('jsonPath', '')}",
+                         "priority": c.get("priority", 0)})
         return cols
-    for name, fn in _BUILTIN_COLUMNS.get(info.key, ()):
-        kind = "integer" if name == "Data" else "string"
-        cols.append({"name": name, "type": kind, "format": "", "description": "", "priority": 0})
+    for name, description, _ in _BUILTIN_COLUMNS.get(info.key, ()):
+        cols.append({"name": name, "type": "string", "format": "", "description": description, "priority": 0})
     cols.append(_age_column())
     return cols
 
 
-def row(info: ResourceInfo, obj: dict, include_object: str = "Metadata", now: datetime | None = None) -> dict:
+def row(info: ResourceInfo, obj: dict, include_object: str = "Metadata", now: datetime | None = None,
+        version: str = "v1") -> dict:
     meta = obj.get("metadata") or {}
     cells: list = [meta.get("name", "")]
     if info.custom:
         cells += [cell(c, obj, now) for c in info.printer_columns]
     else:
-        cells += [fn(obj) for _, fn in _BUILTIN_COLUMNS.get(info.key, ())]
+        cells += [fn(obj) for _, _, fn in _BUILTIN_COLUMNS.get(info.key, ())]
         cells.append(age(meta.get("creationTimestamp"), now))
     out: dict = {"cells": cells}
     if include_object == "Object":
         out["object"] = obj
-    elif include_object != "None":
-        out["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+    elif include_object == "None":
+        out["object"] = None
+    else:
+        out["object"] = {"kind": "PartialObjectMetadata", "apiVersion": f"meta.k8s.io/{version}", "metadata": meta}
     return out
 
 
+INCLUDE_OBJECT = ("Metadata", "Object", "None", "")
+
+
+def table_version(accept: str) -> str | None:
+    """The meta.k8s.io version of Table an Accept header asks for (v1 when it names both), or None."""
+    versions = []
+    for part in accept.split(","):
+        params = dict(p.strip().split("=", 1) for p in part.split(";")[1:] if "=" in p)
+        if params.get("as") == "Table" and params.get("g") == "meta.k8s.io" and params.get("v") in ("v1",
+                                                                                                    "v1beta1"):
+            versions.append(params["v"])
+    return "v1" if "v1" in versions else versions[0] if versions else None
+
+
 def table(info: ResourceInfo, objects: list[dict], resource_version: str, include_object: str = "Metadata",
-          with_columns: bool = True) -> dict:
+          with_columns: bool = True, version: str = "v1") -> dict:
+    from lab.apiserver import errors
+    if include_object not in INCLUDE_OBJECT:
+        raise errors.bad_request(f"Unable to convert to Table as requested: includeObject: Invalid value: "
+                                 f"\"{include_object}\": must be 'Metadata', 'Object', 'None', or empty")
     now = datetime.now(timezone.utc)
-    out = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": resource_version}}
+    out = {"kind": "Table", "apiVersion": f"meta.k8s.io/{version}", "metadata": {"resourceVersion": resource_version}}
     if with_columns:
         out["columnDefinitions"] = column_definitions(info)
-    out["rows"] = [row(info, o, include_object, now) for o in objects]
+    out["rows"] = [row(info, o, include_object or "Metadata", now, version) for o in objects]
     return out

@@ -19,6 +19,7 @@ import ssl
 from typing import Any, Awaitable, Callable, Mapping
 
 import aiohttp
+import yaml
 
 from lab import certs
 
@@ -103,13 +104,13 @@ class Backend:
 
     async def watch(self, path: str, *, params: Mapping[str, str], who: str | User | None = ADMIN,
                     until: Callable[[list[dict]], bool] | None = None, during: Callable[[], Awaitable] | None = None,
-                    timeout: float = 20.0) -> tuple[Answer, list[dict]]:
+                    timeout: float = 20.0, accept: str = "application/json") -> tuple[Answer, list[dict]]:
         """A watch request: its answer (body None when it streams) and the events read until `until(events)` is
         true or the server ends the stream; `during` runs once the stream is open (the writes to be seen)."""
         assert self._session is not None
         events: list[dict] = []
         query = {"watch": "true", **params}
-        async with self._session.get(self.url + path, params=query, headers={"Accept": "application/json"},
+        async with self._session.get(self.url + path, params=query, headers={"Accept": accept},
                                      ssl=self.context(who),
                                      timeout=aiohttp.ClientTimeout(total=timeout)) as r:
             if r.status != 200:
@@ -136,8 +137,11 @@ async def _answer(request: str, r: aiohttp.ClientResponse) -> Answer:
     raw = await r.read()
     text = raw.decode("utf-8", "replace")
     try:
-        body: Any = json.loads(text) if text else None
-    except ValueError:
+        if _media_type(r.headers) == "application/yaml":
+            body: Any = yaml.safe_load(text)
+        else:
+            body = json.loads(text) if text else None
+    except (ValueError, yaml.YAMLError):
         body = text
     return Answer(request, r.status, _media_type(r.headers), body, r.headers.getall("Warning", []), dict(r.headers))
 
@@ -192,7 +196,7 @@ def normalise(value: Any, backend: Backend, *, key: str = "", volatile: frozense
     if isinstance(value, list):
         return [normalise(v, backend, key=key, volatile=volatile) for v in value]
     if isinstance(value, str):
-        value = value.replace(backend.url, "<server>")
+        value = value.replace(backend.url, "<server>").replace(backend.url.split("//", 1)[-1], "<server address>")
         for pattern, repl in _RV_IN_TEXT:
             value = pattern.sub(repl, value)
         return value
