@@ -45,10 +45,9 @@ class EntranceProtocol(asyncio.Protocol):
         self.transport: Any = None
         self.peering_fp: str | None = None
         self.peering_on_lost: Callable | None = None
-        limits = state.limits
-        self.reader = RequestHeadReader(max_head_bytes=limits.max_header_bytes, max_headers=limits.max_headers,
-                                        handover_prefix=_PEER_PREFIX)
-        self.client = ClientState()
+        # Made with the first bytes and the first request: a connection that only holds costs neither.
+        self.reader: RequestHeadReader | None = None
+        self.client: ClientState | None = None
         self.busy = False
         self.relay: Relay | None = None
         self.task: asyncio.Task | None = None
@@ -85,10 +84,15 @@ class EntranceProtocol(asyncio.Protocol):
         self.timer = loop.call_at(max(due, loop.time() + 1), self._idle_check)
 
     def data_received(self, data: bytes) -> None:
-        self.reader.feed(data)
+        reader = self.reader
+        if reader is None:
+            limits = self.state.limits
+            reader = self.reader = RequestHeadReader(max_head_bytes=limits.max_header_bytes,
+                                                     max_headers=limits.max_headers, handover_prefix=_PEER_PREFIX)
+        reader.feed(data)
         if not self.busy:
             self._next()
-        elif len(self.reader.buffer) > self.state.limits.max_header_bytes and not self.reading_paused:
+        elif len(reader.buffer) > self.state.limits.max_header_bytes and not self.reading_paused:
             self.reading_paused = True  # a client sending ahead of its answers waits for them
             self.transport.pause_reading()
 
@@ -170,6 +174,8 @@ class EntranceProtocol(asyncio.Protocol):
         self.watch = False
         state.accounting.entrance_in_flight.inc()
         client = self.client
+        if client is None:
+            client = self.client = ClientState()
         try:
             decision = admit_entrance(state, client, self.peering_fp, request.method, request.target, request.fields)
         except Refusal as refusal:
