@@ -24,7 +24,7 @@ from multidict import CIMultiDict
 
 from lab.apiserver import conversion, discovery, errors, events, patch, protobuf, table, validation
 from lab.apiserver.authcache import AuthCache
-from lab.apiserver.auth import rbac, reviews, sensitive
+from lab.apiserver.auth import impersonation, rbac, reviews, sensitive
 from lab.apiserver.auth.authn import ANONYMOUS, Authenticator, bearer_token
 from lab.apiserver.auth.tokens import ServiceAccountIssuer
 from lab.apiserver.auth.types import Attributes, UserInfo
@@ -531,6 +531,9 @@ class ApiServer:
             if bearer_token(request.headers) is not None:
                 raise errors.ApiError(401, "Unauthorized", "Unauthorized")
             user = ANONYMOUS
+        if impersonation.impersonation_headers(request.headers):
+            # Impersonate-* headers, honoured after authentication when RBAC allows the impersonate verb.
+            user = impersonation.impersonate(user, request.headers, self.authorizer)
         info = parse_request(request.method, path, request.query)
         attrs = info.attributes()
         decision = self.authorize(user, attrs)

@@ -165,12 +165,45 @@ def _operation(info: ResourceInfo, action: str, op_id: str, with_body: bool, par
           "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {
               "$ref": f"#/components/schemas/{_schema_name(info)}"}}}}}}
     if with_body:
+        # A custom resource takes no strategic merge patch, and says so: kubectl's apply then sends a merge patch.
         content_types = ["application/json"] if action != "patch" else [
-            "application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json",
-            "application/apply-patch+yaml"]
+            "application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"] + (
+            [] if info.custom else ["application/strategic-merge-patch+json"])
         op["requestBody"] = {"content": {ct: {"schema": {"$ref": f"#/components/schemas/{_schema_name(info)}"}}
                                          for ct in content_types}, "required": True}
     return op
+
+
+OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+_STRINGS = {"type": "array", "items": {"type": "string", "default": ""}}
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string", "default": ""}}
+# ObjectMeta as kube-apiserver publishes it, the fields a client patches: kubectl's client-side apply computes
+# its patch of a custom resource's metadata (annotations, labels, finalizers, ownerReferences) from it.
+OBJECT_META_SCHEMA = {
+    "type": "object",
+    "description": "ObjectMeta is metadata that all persisted resources must have, which includes all objects "
+                   "users must create.",
+    "properties": {
+        "annotations": _STRING_MAP, "labels": _STRING_MAP,
+        "creationTimestamp": {"type": "string", "format": "date-time"},
+        "deletionGracePeriodSeconds": {"type": "integer", "format": "int64"},
+        "deletionTimestamp": {"type": "string", "format": "date-time"},
+        "finalizers": {**_STRINGS, "x-kubernetes-list-type": "set", "x-kubernetes-patch-strategy": "merge"},
+        "generateName": {"type": "string"}, "generation": {"type": "integer", "format": "int64"},
+        "managedFields": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        "name": {"type": "string"}, "namespace": {"type": "string"},
+        "ownerReferences": {"type": "array", "items": {
+            "type": "object", "required": ["apiVersion", "kind", "name", "uid"],
+            "properties": {"apiVersion": {"type": "string", "default": ""},
+                           "blockOwnerDeletion": {"type": "boolean"}, "controller": {"type": "boolean"},
+                           "kind": {"type": "string", "default": ""}, "name": {"type": "string", "default": ""},
+                           "uid": {"type": "string", "default": ""}},
+            "x-kubernetes-map-type": "atomic"},
+            "x-kubernetes-list-map-keys": ["uid"], "x-kubernetes-list-type": "map",
+            "x-kubernetes-patch-merge-key": "uid", "x-kubernetes-patch-strategy": "merge"},
+        "resourceVersion": {"type": "string"}, "selfLink": {"type": "string"}, "uid": {"type": "string"},
+    },
+}
 
 
 def _info_schema(info: ResourceInfo) -> dict:
@@ -178,7 +211,7 @@ def _info_schema(info: ResourceInfo) -> dict:
     props = dict(schema.get("properties") or {})
     props.setdefault("apiVersion", {"type": "string"})
     props.setdefault("kind", {"type": "string"})
-    props["metadata"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    props["metadata"] = {"allOf": [{"$ref": f"#/components/schemas/{OBJECT_META}"}], "default": {}}
     schema["properties"] = props
     schema["x-kubernetes-group-version-kind"] = [{"group": info.group, "version": info.version, "kind": info.kind}]
     return schema
@@ -214,6 +247,7 @@ def openapi_v3_document(registry: Registry, group: str, version: str) -> dict | 
                     "patch": _operation(info, "patch", f"patch{name}Status", True)}
         if info.custom:
             schemas[_schema_name(info)] = _info_schema(info)
+            schemas[OBJECT_META] = OBJECT_META_SCHEMA
         else:
             # Built-in schemas are left out on purpose: without them kubectl builds strategic merge patches from
             # its compiled-in types, which are exactly the real server's.

@@ -66,10 +66,35 @@ async def emulator(shared_pki):
         await server.stop()
 
 
+# Cluster-scoped custom resources: each test module starts with none of them on the real backend either (its
+# emulator is new), so that what a module lists is what it made.
+CLUSTER_SCOPED = ("/apis/peering.deckhouse.io/v1alpha1/clusterpeers",
+                  "/apis/peering.deckhouse.io/v1alpha1/peeringcapabilities",
+                  "/apis/deckhouse.io/v1alpha1/tokenexchangeproviders", "/apis/deckhouse.io/v1alpha3/projects")
+
+
+async def _clear(real: Backend, timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    for path in CLUSTER_SCOPED:
+        while True:
+            listed = await real.call("GET", path)
+            assert listed.status == 200, listed
+            if not listed.body["items"]:
+                break
+            for obj in listed.body["items"]:
+                if obj["metadata"].get("finalizers"):
+                    await real.call("PATCH", f"{path}/{obj['metadata']['name']}", body={
+                        "metadata": {"finalizers": None}}, content_type="application/merge-patch+json")
+            await real.call("DELETE", path)
+            assert asyncio.get_running_loop().time() < deadline, f"{path} still lists {listed.body['items']}"
+            await asyncio.sleep(0.05)
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def pair(emulator, real_plane, shared_pki):
     user_certs: dict = {}
     emu = Backend("emulator", emulator.url, shared_pki, user_certs)
     real = Backend("real", real_plane.url, shared_pki, user_certs)
     async with opened(emu, real):
+        await _clear(real)
         yield Pair(emu, real)
