@@ -346,10 +346,12 @@ class HttpApi:
         deadline = time.monotonic() + timeout
         spec = crd["spec"]
         for version in (v["name"] for v in spec["versions"] if v.get("served")):
+            # A whole list, as the lab's clients ask: a paginated one is read from etcd and answers 200 while the
+            # watch cache, which serves whole lists, still answers 429 "storage is (re)initializing".
             path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
             while True:
                 try:
-                    self.request("GET", path, params={"limit": "1"})
+                    self.request("GET", path)
                     break
                 except ApiError as e:
                     if e.code not in (404, 429, 503) or time.monotonic() > deadline:

@@ -166,14 +166,3 @@ def real_binaries_or_skip():
         if builder.required():
             pytest.fail(f"{builder.REQUIRE_ENV} is set, so the real backend must run: {e}", pytrace=False)
         pytest.skip(f"REAL KUBE-APISERVER BACKEND NOT TESTED: {e}")
-
-
-def emulator_only(reason: str):
-    """For a test of a backend-parametrized fixture that cannot run on a real kube-apiserver: skip it there
-    with `reason` (only Deckhouse's own patches of kube-apiserver qualify, such as x-kubernetes-sensitive-data)."""
-    import pytest
-
-    def check(backend: str) -> None:
-        if backend == "real":
-            pytest.skip(f"emulator only: {reason}")
-    return check

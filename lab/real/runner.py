@@ -542,7 +542,9 @@ class RealControlPlane:
                 group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
                 for version in (v["name"] for v in crd["spec"]["versions"] if v.get("served")):
                     while True:
-                        async with s.get(f"/apis/{group}/{version}/{plural}", params={"limit": "1"}) as r:
+                        # Without a limit: a paginated list is read from etcd and answers 200 while the watch
+                        # cache, which serves a whole list, still answers 429.
+                        async with s.get(f"/apis/{group}/{version}/{plural}") as r:
                             await r.read()
                             if r.status == 200:
                                 break
