@@ -732,6 +732,7 @@ class ApiServer:
             fv = self._field_validation(query, "CreateOptions")
             body = await self._decoded_body(request, res, fv)
             self._check_rbac_write(res, body, user, info.namespace)
+            self._check_owner_references(res, body, None, user, info.namespace)
             obj, warnings = self.objects.create(res, body, info.namespace, fv, self._dry_run(query))
             return _json_response(self._masker(res, user, attrs)(obj), 201,
                                   self._warnings_header(body.pop_warnings() + warnings))
@@ -742,6 +743,8 @@ class ApiServer:
                 raise errors.ApiError(405, "MethodNotAllowed", f"update is not supported on {info.subresource}")
             if info.subresource != "status":
                 self._check_rbac_write(res, body, user, info.namespace)
+                self._check_owner_references(res, body, self.store.get(
+                    res.key, info.namespace if res.namespaced else None, info.name), user, info.namespace)
             if res.has_generation and isinstance(body, dict) and not (body.get("metadata") or {}).get(
                     "resourceVersion"):
                 # Custom resources and CRDs refuse an unconditional update (AllowUnconditionalUpdate is false).
@@ -870,6 +873,47 @@ class ApiServer:
                                   f'{res.plural}.{res.group} "{name}" is forbidden: {decision.reason}',
                                   {"name": name, "group": res.group, "kind": res.plural})
 
+    def _check_owner_references(self, res: ResourceInfo, obj, old: dict | None, user: UserInfo,
+                                namespace: str | None) -> None:
+        """OwnerReferencesPermissionEnforcement, which Deckhouse's kube-apiserver runs: changing an object's
+        ownerReferences needs `delete` on the object (not on create: who may not create it could not own it
+        anyway), and a new blockOwnerDeletion needs `update` on the owner's finalizers."""
+        if not isinstance(obj, dict):
+            return
+        refs = list((obj.get("metadata") or {}).get("ownerReferences") or ())
+        old_refs = list(((old or {}).get("metadata") or {}).get("ownerReferences") or ())
+        if refs == old_refs:
+            return
+        name = (obj.get("metadata") or {}).get("name") or ""
+        ns = namespace if res.namespaced else ""
+
+        def refuse(why: str, decision) -> None:
+            raise errors.ApiError(403, "Forbidden", f"{errors.resource_label(res.group, res.plural)} \"{name}\" is "
+                                                    f"forbidden: {why}: {decision.reason}, <nil>",
+                                  errors.details(name, res.group, res.plural))
+
+        if old is not None:
+            decision = self.authorize(user, Attributes(verb="delete", resource_request=True, api_group=res.group,
+                                                       resource=res.plural, namespace=ns or "", name=name))
+            if not decision.allowed:
+                refuse("cannot set an ownerRef on a resource you can't delete", decision)
+        blocking_before = [r for r in old_refs if r.get("blockOwnerDeletion")]
+        for ref in refs:
+            if not ref.get("blockOwnerDeletion") or ref in blocking_before:
+                continue
+            owner = self.registry.by_kind(ref.get("apiVersion", ""), ref.get("kind", ""))
+            if owner is None:
+                raise errors.ApiError(403, "Forbidden", f"{errors.resource_label(res.group, res.plural)} \"{name}\" "
+                                      f"is forbidden: cannot set blockOwnerDeletion in this case because cannot find "
+                                      f"RESTMapping for APIVersion {ref.get('apiVersion')} Kind {ref.get('kind')}",
+                                      errors.details(name, res.group, res.plural))
+            decision = self.authorize(user, Attributes(
+                verb="update", resource_request=True, api_group=owner.group, resource=owner.plural,
+                subresource="finalizers", namespace=ns if owner.namespaced else "", name=ref.get("name", "")))
+            if not decision.allowed:
+                refuse("cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set "
+                       "finalizers on", decision)
+
     async def _patch(self, request, res: ResourceInfo, info: RequestInfo, user: UserInfo, attrs) -> web.Response:
         ctype = request.content_type
         query = request.query
@@ -916,6 +960,7 @@ class ApiServer:
                 new_obj = copy.deepcopy(body)
                 new_obj.setdefault("metadata", {})["name"] = info.name
                 self._check_rbac_write(res, new_obj, user, ns)
+                self._check_owner_references(res, new_obj, None, user, ns)
                 obj, warnings = self.objects.create(res, new_obj, ns, fv, dry)
                 status = 201
             else:
@@ -925,6 +970,7 @@ class ApiServer:
                     (body.get("metadata") or {}).get("resourceVersion") or existing["metadata"]["resourceVersion"])
                 if not info.subresource:
                     self._check_rbac_write(res, merged, user, ns)
+                    self._check_owner_references(res, merged, existing, user, ns)
                 obj, warnings = self.objects.update(res, merged, ns, info.name, info.subresource or None, fv, dry,
                                                     existing=stored)
                 status = 200
@@ -946,6 +992,7 @@ class ApiServer:
             raise errors.ApiError(422, "Invalid", "the patch turned the object into something other than an object")
         if not info.subresource:
             self._check_rbac_write(res, patched, user, ns)
+            self._check_owner_references(res, patched, existing, user, ns)
         obj, warnings = self.objects.update(res, patched, ns, info.name, info.subresource or None, fv, dry,
                                             existing=stored)
         return _json_response(self._masker(res, user, attrs)(obj), 200, self._warnings_header(warnings))

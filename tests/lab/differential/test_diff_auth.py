@@ -9,7 +9,7 @@ import json
 
 import pytest
 import pytest_asyncio
-from differential_support import ANONYMOUS, Backend, User
+from differential_support import ANONYMOUS, Backend, Deliberate, User
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -264,3 +264,72 @@ async def test_anonymous_and_bad_credentials(seeded):
 
     # Build facts of the binaries: when and with which Go each was built.
     await seeded.run(case, volatile=("buildDate", "goVersion"))
+
+
+async def test_sensitive_fields_are_the_emulators_alone(seeded):
+    """Deckhouse's x-kubernetes-sensitive-data (its own patch of kube-apiserver): the emulator masks the marked
+    fields for a reader without clusterpeers/sensitive; a stock kube-apiserver, which got the CRDs without the
+    marker, shows them. Kept, and checked, as the one documented difference of what a reader sees."""
+    reader = User("diff-reader")
+    cp = "/apis/peering.deckhouse.io/v1alpha1/clusterpeers"
+
+    async def case(b: Backend):
+        await b.call("POST", f"{RBAC}/clusterroles", body={
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "diff-reader"},
+            "rules": [{"apiGroups": ["peering.deckhouse.io"], "resources": ["clusterpeers"], "verbs": ["get"]}]})
+        await b.call("POST", f"{RBAC}/clusterrolebindings", body={
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "diff-reader"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                                             "kind": "ClusterRole", "name": "diff-reader"},
+            "subjects": [user_subject(reader.name)]})
+        await until_allowed(b, {"verb": "get", "group": "peering.deckhouse.io", "resource": "clusterpeers"},
+                            who=reader)
+        made = await b.call("POST", cp, body={
+            "apiVersion": "peering.deckhouse.io/v1alpha1", "kind": "ClusterPeer", "metadata": {"name": "diff-sens"},
+            "spec": {"type": "Join", "join": {"connectionString": "d8peer1.not-a-real-secret"}}})
+        assert made.status == 201, made
+        s = {"as the reader": await b.call("GET", f"{cp}/diff-sens", who=reader),
+             "as the admin": await b.call("GET", f"{cp}/diff-sens")}
+        await b.call("DELETE", f"{cp}/diff-sens")
+        return s
+
+    await seeded.run(case, deliberate=(Deliberate(
+        "as the reader", ("body", "spec", "join", "connectionString"), "<omitted>",
+        "d8peer1.not-a-real-secret",
+        "x-kubernetes-sensitive-data is Deckhouse's patch of kube-apiserver: a stock one refuses the marker, so "
+        "the real backend gets the CRDs without it and shows the value"),))
+
+
+async def test_owner_references_permission_enforcement(seeded):
+    """OwnerReferencesPermissionEnforcement (Deckhouse enables it): blocking an owner's deletion needs the right
+    to set that owner's finalizers."""
+    cm = f"/api/v1/namespaces/{NS}/configmaps"
+
+    async def case(b: Backend):
+        owner = await b.call("POST", cm, body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "orpe"}})
+        assert owner.status == 201, owner
+        ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "orpe", "uid": owner.body["metadata"]["uid"]}
+        await b.call("POST", ROLES, body=role("orpe-writer", [
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "update", "patch"]}]))
+        await b.call("POST", BINDINGS, body=binding("orpe-writer", "Role", "orpe-writer",
+                                                    [user_subject("diff-writer")]))
+        writer = User("diff-writer")
+        await until_allowed(b, {"namespace": NS, "verb": "create", "resource": "configmaps"}, who=writer)
+        s = {}
+        for name, blocking in (("orpe-plain", False), ("orpe-blocking", True)):
+            s[name] = await b.call("POST", cm, who=writer, body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+                "name": name, "ownerReferences": [dict(ref, blockOwnerDeletion=blocking)]}})
+        plain = s["orpe-plain"].body
+        s["update to blocking"] = await b.call("PUT", f"{cm}/orpe-plain", who=writer, body={
+            **plain, "metadata": {**plain["metadata"], "ownerReferences": [dict(ref, blockOwnerDeletion=True)]}})
+        s["patch to blocking"] = await b.call("PATCH", f"{cm}/orpe-plain", who=writer,
+                                              content_type="application/merge-patch+json", body={"metadata": {
+                                                  "ownerReferences": [dict(ref, blockOwnerDeletion=True)]}})
+        s["the admin may"] = await b.call("PATCH", f"{cm}/orpe-plain", content_type="application/merge-patch+json",
+                                          body={"metadata": {"ownerReferences": [dict(ref, blockOwnerDeletion=True)]}})
+        blocked = s["the admin may"].body
+        s["keeping what is there"] = await b.call("PUT", f"{cm}/orpe-plain", who=writer, body={
+            **blocked, "data": {"k": "v"}})
+        return s
+
+    await seeded.run(case)
