@@ -1,4 +1,6 @@
-"""The `peering` console script: `peering run` (the gateway and its control loop) and `peering version`.
+"""The `peering` console script: `peering run` (the gateway and its control loop), `peering check` (is everything
+a peering needs in place; also `kubectl peering check` through the `kubectl-peering` script), `peering kubeconfig`
+and `peering version`.
 
 Every flag can also come from the environment as PEERING_<FLAG> (upper case, dashes as underscores), which is how
 the chart sets them; a flag given on the command line wins.
@@ -110,10 +112,40 @@ def _positive(text: str) -> int:
     return value
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="peering", description="Peering module of the Deckhouse Platform")
+def _add_check(sub) -> None:
+    ck = sub.add_parser("check", help="check everything the module and each peering depend on (read-only)",
+                        description="Check, read-only with your kubeconfig, what the guide's Preparation and each "
+                                    "peering depend on: the module and its replicas, the leader, https.mode, the "
+                                    "peering and peering-gateway names, the entrance without TLS termination, "
+                                    "user-authn and Dex, the Dex client's Secret, and per ClusterPeer its phase and "
+                                    "Ready reason, last sync, certificates, TokenExchangeReady, capabilities and "
+                                    "projects. One line per check (✓ works, ✗ broken with its fix, ! cannot tell or "
+                                    "not done yet). Exit 0 when nothing is broken, 1 when something is. Needs the "
+                                    "viewer role (Secrets are shown when readable); --consumer also creates a token.")
+    ck.add_argument("--kubeconfig", default=_env("kubeconfig"), help="your kubeconfig (default: $KUBECONFIG)")
+    ck.add_argument("--peer", help="check this ClusterPeer only (and the module)")
+    ck.add_argument("--consumer", metavar="NS/SA",
+                    help="prove a module's access end to end: a token of this ServiceAccount with the capability's "
+                         "audience, and a request with it through both gateways (needs --peer and --capability)")
+    ck.add_argument("--capability", help="with --consumer: the PeeringCapability the controller uses")
+    ck.add_argument("--verb", help="with --consumer: list (default), get, watch are made; any other verb is asked "
+                                   "as a SelfSubjectAccessReview, so nothing is written")
+    ck.add_argument("--resource", help="with --consumer: RESOURCE or RESOURCE.GROUP, as kubectl names it")
+    ck.add_argument("--namespace", help="with --consumer: the namespace on the peer")
+    ck.add_argument("--name", help="with --consumer --verb get: the object's name")
+    ck.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text (default) or json")
+    ck.add_argument("--public-domain-template", help="the cluster's public domain template (default: read from the "
+                                                     "module's Deployment or ModuleConfig global)")
+    ck.add_argument("--dex-url", help="this cluster's Dex (default: the Deployment's, else https://dex.<domain>/)")
+    ck.add_argument("--resolve", action="append", default=[], metavar="HOST=IP:PORT",
+                    help="send connections to HOST to IP:PORT (repeatable): a lab's names, a port-forward")
+
+
+def parser(prog: str = "peering") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Peering module of the Deckhouse Platform")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("version", help="print the version and exit")
+    _add_check(sub)
     kc = sub.add_parser("kubeconfig", help="print the kubeconfig a module's controller uses to reach a peer",
                         description="Print the kubeconfig through which a module's controller (a consumer of the "
                                     "capability) reaches the peer's Kubernetes API through this cluster's egress: "
@@ -233,8 +265,37 @@ def consumer_kubeconfig(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def peering_check(args: argparse.Namespace) -> int:
+    """`peering check`: print the report; exit 0 healthy, 1 not, 2 for a bad flag."""
+    from control.check.consumer import parse
+    from control.check.run import Options, check
+    from gateway.resolve import parse_resolve_args
+
+    try:
+        consumer = None
+        if args.consumer or args.capability or args.verb or args.resource or args.name:
+            if not args.consumer:
+                raise ValueError("--capability, --verb, --resource and --name go with --consumer NS/SA")
+            if not args.peer:
+                raise ValueError("--consumer needs --peer: the ClusterPeer whose peer the module reaches")
+            consumer = parse(args.consumer, args.capability, args.verb, args.resource, args.namespace, args.name)
+        elif args.namespace:
+            raise ValueError("--namespace goes with --consumer NS/SA")
+        options = Options(kubeconfig=args.kubeconfig, peer=args.peer, consumer=consumer,
+                          public_domain_template=args.public_domain_template, dex_url=args.dex_url,
+                          resolve=parse_resolve_args(args.resolve))
+    except ValueError as exc:
+        print(f"peering check: {exc}", file=sys.stderr)
+        return 2
+    report = asyncio.run(check(options))
+    sys.stdout.write(report.json() if args.output == "json" else report.text())
+    return report.exit_code
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "peering") -> int:
+    args = parser(prog).parse_args(argv)
+    if args.command == "check":
+        return peering_check(args)
     if args.command == "kubeconfig":
         return consumer_kubeconfig(args)
     if args.command == "version":
@@ -263,6 +324,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     return 0
 
+
+
+def kubectl_main() -> int:
+    """The `kubectl-peering` console script: kubectl (and `d8 k`) finds it on PATH and runs it for
+    `kubectl peering ...` with the arguments after the plugin's name."""
+    return main(prog="kubectl peering")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,129 @@
+"""`peering check`: read the cluster, ask the network, judge, and print; exit 0 when healthy, 1 when not.
+
+Where the domain comes from, first found: `--public-domain-template`; the `--public-domain-template` argument of
+the module's Deployment; `global.modules.publicDomainTemplate` of the ModuleConfig `global`. Dex's URL: `--dex-url`;
+PEERING_DEX_URL of the Deployment; `https://dex.<domain>/`.
+"""
+
+from __future__ import annotations
+
+from contract import reasons
+
+import asyncio
+from dataclasses import dataclass, field
+
+from contract.names import NAMESPACE
+from control.check import judge, peers
+from control.check.cluster import ClusterReader, Facts
+from control.check.consumer import ConsumerRequest, consumer_lines
+from control.check.probes import entrance, https_get, resolve
+from control.check.report import Report, fail, warn
+from control.clock import SYSTEM, Clock
+from control.config import check_domain_template
+from control.kube import KubeSession
+from gateway.resolve import OverrideResolver
+
+
+@dataclass(frozen=True)
+class Options:
+    kubeconfig: str | None = None
+    peer: str | None = None
+    consumer: ConsumerRequest | None = None
+    public_domain_template: str | None = None
+    dex_url: str | None = None
+    resolve: dict[str, str] = field(default_factory=dict)
+    namespace: str = NAMESPACE
+
+
+def _container(f: Facts) -> dict:
+    spec = ((f.deployment.obj or {}).get("spec") or {}).get("template", {}).get("spec", {}) if f.deployment.ok else {}
+    return next((c for c in spec.get("containers") or [] if c.get("name") == "peering"), {})
+
+
+def domain_template(options: Options, f: Facts) -> tuple[str | None, str]:
+    """The public domain template and where it came from."""
+    if options.public_domain_template:
+        return options.public_domain_template, "--public-domain-template"
+    args = list(_container(f).get("args") or [])
+    if "--public-domain-template" in args and args.index("--public-domain-template") + 1 < len(args):
+        return args[args.index("--public-domain-template") + 1], "the Deployment"
+    settings = (((f.global_config.obj or {}).get("spec") or {}).get("settings") or {}) if f.global_config.ok else {}
+    template = (settings.get("modules") or {}).get("publicDomainTemplate")
+    if template:
+        return template, "ModuleConfig global"
+    return None, ""
+
+
+def dex_url(options: Options, f: Facts, template: str) -> str:
+    if options.dex_url:
+        return options.dex_url
+    env = {e.get("name"): e.get("value") for e in _container(f).get("env") or [] if isinstance(e, dict)}
+    return env.get("PEERING_DEX_URL") or f"https://{template % 'dex'}/"
+
+
+async def check(options: Options, *, clock: Clock = SYSTEM) -> Report:
+    report = Report()
+    resolver = OverrideResolver(options.resolve)
+    try:
+        kube = await KubeSession.connect(options.kubeconfig, resolver=resolver)
+    except ValueError as exc:
+        await resolver.close()
+        report.add(fail("kubeconfig", str(exc), "give --kubeconfig or set KUBECONFIG", reason="NoKubeconfig"))
+        return report
+    try:
+        return await _check(options, kube, report, clock)
+    finally:
+        await kube.close()
+        await resolver.close()
+
+
+async def _check(options: Options, kube: KubeSession, report: Report, clock: Clock) -> Report:
+    reader = ClusterReader(kube, options.namespace)
+    f = await reader.facts(clock.now(), peers=[options.peer] if options.peer else None)
+    if not f.clusterpeers.ok:
+        report.add(fail("api", f"the ClusterPeers cannot be read: {f.clusterpeers.state} {f.clusterpeers.detail}",
+                        "check the kubeconfig and that the role may get and list clusterpeers (the module's viewer "
+                        "role does)", reason="CannotRead"))
+        return report
+    report.add(judge.module_line(f))
+    replicas, running = judge.replica_lines(f)
+    report.add(*replicas, judge.leader_line(f, running))
+    template, source = domain_template(options, f)
+    if template is None:
+        report.add(warn("domain", "the public domain template is not known here (no Deployment or ModuleConfig "
+                                  "global to read it from)", "give --public-domain-template, e.g. %s.example.com",
+                        reason="NoDomain"))
+    else:
+        try:
+            check_domain_template(template)
+        except ValueError as exc:
+            report.add(fail("domain", str(exc), "give --public-domain-template, e.g. %s.example.com",
+                            reason="InvalidDomain"))
+            template = None
+    if template is not None:
+        join_host, entrance_host = template % "peering", template % "peering-gateway"
+        dex = dex_url(options, f, template)
+        resolved, join, probe, dex_answer = await asyncio.gather(
+            asyncio.gather(resolve(join_host, options.resolve), resolve(entrance_host, options.resolve)),
+            https_get(f"https://{join_host}/v1/join", options.resolve), entrance(entrance_host, options.resolve),
+            https_get(dex.rstrip("/") + "/.well-known/openid-configuration", options.resolve))
+        report.add(*judge.https_lines(f, join_host, join), *judge.dns_lines(resolved),
+                   *judge.entrance_lines(f, entrance_host, probe), *judge.user_authn_lines(f, dex, dex_answer))
+    report.add(judge.module_certificates_line(f))
+    selected = f.clusterpeers.items
+    if options.peer:
+        cp = f.clusterpeer(options.peer)
+        if cp is None:
+            report.add(fail(f"clusterpeer {options.peer}", f"there is no ClusterPeer {options.peer}",
+                            "`d8 k get clusterpeers` lists the peerings of this cluster", reason=reasons.PEER_NOT_FOUND))
+            return report
+        selected = [cp]
+    elif not selected:
+        report.add(warn("clusterpeers", "no ClusterPeer yet", "create one of type Invite to invite another cluster "
+                                                             "(the guide's \"Creating an invitation\")",
+                        reason="NoPeering"))
+    for cp in sorted(selected, key=lambda c: c["metadata"]["name"]):
+        report.add(*peers.peer_lines(f, cp))
+    if options.consumer is not None and options.peer:
+        report.add(*await consumer_lines(kube, f.clusterpeer(options.peer), options.consumer, options.resolve))
+    return report
