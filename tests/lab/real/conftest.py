@@ -4,6 +4,7 @@ per test module trusting that issuer as Deckhouse's kube-apiserver trusts Dex.""
 from __future__ import annotations
 
 import asyncio
+import pathlib
 
 import pytest
 from real_support import LoopbackIssuer, binaries_or_skip
@@ -32,3 +33,13 @@ def plane(binaries, issuer, tmp_path_factory):
     asyncio.run(cp.start())
     yield cp
     asyncio.run(cp.stop())
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests here that run a real kube-apiserver (all but test_real_parts.py, which needs no binaries) are
+    marked `real`, so that `-m real` and `-m "not real"` select them."""
+    here = pathlib.Path(__file__).parent
+    for item in items:
+        path = pathlib.Path(str(item.fspath))
+        if here in path.parents and path.name != "test_real_parts.py":
+            item.add_marker(pytest.mark.real)

@@ -16,7 +16,6 @@ from lab.apiserver.errors import ApiError
 from lab.cluster import DEX_CLIENT_SECRET_NAME, NAMESPACE
 from lab.testing import lab_clusters, lab_processes
 
-pytestmark = pytest.mark.real
 
 PROJECTS = "projects.deckhouse.io"
 LAB_CRDS = {"clusterpeers.peering.deckhouse.io", "peeringcapabilities.peering.deckhouse.io",
