@@ -105,12 +105,21 @@ def guide_story(guide_lab, tmp_path) -> Iterator[Story]:
         s.close()
 
 
-def start_demo(tmp_path: pathlib.Path, **env: str) -> tuple[subprocess.Popen, pathlib.Path]:
-    """`python -m lab.demo --keep DIR`, its output into a file that the caller reads as it grows."""
+@pytest.fixture(params=apiserver_backends())
+def demo_apiserver(request) -> str:
+    """The backend `python -m lab.demo --apiserver` runs on (the binaries there, or the loud skip)."""
+    if request.param == "real":
+        real_binaries_or_skip()
+    return request.param
+
+
+def start_demo(tmp_path: pathlib.Path, apiserver: str = "emulator", **env: str) -> tuple[subprocess.Popen, pathlib.Path]:
+    """`python -m lab.demo --keep DIR --apiserver A`, its output into a file that the caller reads as it grows."""
     out = tmp_path / "demo.out"
     f = open(out, "wb")
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "lab.demo", "--keep", str(tmp_path / "demo")], cwd=str(ROOT),
+        proc = subprocess.Popen([sys.executable, "-m", "lab.demo", "--keep", str(tmp_path / "demo"),
+                                 "--apiserver", apiserver], cwd=str(ROOT),
                                 stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
                                 env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
     finally:

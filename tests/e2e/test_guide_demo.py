@@ -28,8 +28,8 @@ def peering_children(pid: int, count: int, timeout: float = 30.0) -> list[int]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_demo_stops_the_lab_and_fails(tmp_path, sig):
-    proc, out = start_demo(tmp_path)
+def test_an_interrupted_demo_stops_the_lab_and_fails(tmp_path, sig, demo_apiserver):
+    proc, out = start_demo(tmp_path, demo_apiserver)
     try:
         wait_output(proc, out, "Starting the lab", 30)
         pids = peering_children(proc.pid, 2)
@@ -47,21 +47,23 @@ def test_an_interrupted_demo_stops_the_lab_and_fails(tmp_path, sig):
         stop(proc)
 
 
-def test_a_killed_demo_takes_its_peering_processes_along(tmp_path):
-    proc, out = start_demo(tmp_path)
+def test_a_killed_demo_takes_its_peering_processes_along(tmp_path, demo_apiserver):
+    proc, out = start_demo(tmp_path, demo_apiserver)
     try:
         wait_output(proc, out, "Starting the lab", 30)
         pids = peering_children(proc.pid, 2)
+        # On the real backend: its etcd, kube-apiserver and kube-controller-manager too.
+        pids += [p for p in running_in(tmp_path / "demo") if p not in pids and p != proc.pid]
         proc.kill()
         proc.wait(10)
-        assert wait_gone(pids, 10.0) == [], f"peering processes outlived a killed demo: {pids}"
+        assert wait_gone(pids, 10.0) == [], f"processes outlived a killed demo: {pids}"
     finally:
         stop(proc)
 
 
-def test_a_demo_whose_step_fails_says_which_and_exits_1(tmp_path):
+def test_a_demo_whose_step_fails_says_which_and_exits_1(tmp_path, demo_apiserver):
     # A log level `peering run` refuses (its flags are read from PEERING_*): the module never gets ready.
-    proc, out = start_demo(tmp_path, PEERING_LOG_LEVEL="chatty")
+    proc, out = start_demo(tmp_path, demo_apiserver, PEERING_LOG_LEVEL="chatty")
     try:
         code = proc.wait(90)
         text = out.read_text(errors="replace")
