@@ -328,10 +328,10 @@ def module_certificates_line(f: Facts) -> Line:
     for name, label in ((ENTRANCE_TLS_SECRET, "entrance"), (EGRESS_TLS_SECRET, "egress"), (CA_SECRET, "CA")):
         read = f.module_secrets.get(name, Read(UNSERVED))
         if not read.ok:
-            return _cant_read("certificates", f"the Secret {f.namespace}/{name}", read)
+            return _cant_read("module certificates", f"the Secret {f.namespace}/{name}", read)
         pem = creds.secret_values(read.obj).get("tls.crt")
         if not pem:
-            return fail("certificates", f"the Secret {f.namespace}/{name} holds no certificate",
+            return fail("module certificates", f"the Secret {f.namespace}/{name} holds no certificate",
                         "the leader issues it: see the leader line", reason="CertificateMissing")
         state, text = certificate_text(pem, f.now)
         if label == "CA":  # never renewed while usable: every peering depends on it
@@ -340,9 +340,9 @@ def module_certificates_line(f: Facts) -> Line:
         worst = state if state == "expired" or (state == "overdue" and worst == "ok") else worst
     message = "; ".join(parts)
     if worst == "expired":
-        return fail("certificates", message, "the leader renews them: see the leader line and its log",
+        return fail("module certificates", message, "the leader renews them: see the leader line and its log",
                     reason="CertificateExpired")
     if worst == "overdue":
-        return warn("certificates", message, "the leader renews them: see the leader line and its log",
+        return warn("module certificates", message, "the leader renews them: see the leader line and its log",
                     reason="RenewalOverdue")
-    return ok("certificates", message)
+    return ok("module certificates", message)

@@ -87,7 +87,8 @@ async def until_check(cluster, *args: str, code: int, timeout: float = 20.0, **k
 async def test_a_healthy_peering_checks_clean(lab):
     for cluster, peer in ((lab["a"], "to-b"), (lab["b"], "to-a")):
         text = await until_check(cluster, code=0)
-        for name in ("leader", "entrance", "entrance certificate", "self-check", "dex", "dex client", "certificates",
+        for name in ("leader", "entrance", "entrance certificate", "self-check", "dex", "dex client",
+                     "module certificates", "certificates",
                      f"clusterpeer {peer}", "sync", "token exchange", "capabilities", "projects"):
             line(text, name, "✓")
         assert f"effective: {CAP}" in text and "1 paired: shop" in text
@@ -147,7 +148,7 @@ async def test_the_viewer_role_is_told_what_it_cannot_read(lab):
     code, text = await check(a, kubeconfig=str(path))
     assert code == 0, "the viewer role sees a healthy peering as healthy"
     line(text, "clusterpeer to-b", "✓")
-    for name in ("dex client", "certificates"):
+    for name in ("dex client", "module certificates", "certificates"):
         failing, fix = line(text, name, "!")
         assert "cannot be read with this role" in failing and "administrator" in fix
     assert token not in text
