@@ -148,6 +148,7 @@ async def test_the_viewer_role_is_told_what_it_cannot_read(lab):
     code, text = await check(a, kubeconfig=str(path))
     assert code == 0, "the viewer role sees a healthy peering as healthy"
     line(text, "clusterpeer to-b", "✓")
+    assert "[Forbidden] the Lease d8-peering/peering cannot be read" in line(text, "leader", "!")[0]
     for name in ("dex client", "module certificates", "certificates"):
         failing, fix = line(text, name, "!")
         assert "cannot be read with this role" in failing and "administrator" in fix
