@@ -234,7 +234,8 @@ async def test_oidc_added_at_run_time(authn, dex_key):
     async def fetch():
         return {"keys": [dex_key.export_public(as_dict=True)]}
 
-    authn.add_oidc(OIDCAuthenticator(DEX, ["kubernetes"], jwks_fetcher=fetch))
+    # The token's times are the module's NOW: judged by that clock, however long after collection this runs.
+    authn.add_oidc(OIDCAuthenticator(DEX, ["kubernetes"], jwks_fetcher=fetch, clock=lambda: NOW))
     assert await authn.authenticate(_bearer(token), None) == UserInfo(
         "jane@example.com", ("admins", "system:authenticated"))
     # Through TokenReview: valid only for the API audiences, which it reports.
