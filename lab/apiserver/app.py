@@ -22,9 +22,9 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from lab.apiserver import conversion, discovery, errors, events, patch, protobuf, table, validation
+from lab.apiserver import conversion, decoding, discovery, errors, events, patch, protobuf, table, validation
 from lab.apiserver.authcache import AuthCache
-from lab.apiserver.auth import impersonation, rbac, reviews, sensitive
+from lab.apiserver.auth import impersonation, ownerrefs, rbac, reviews, sensitive
 from lab.apiserver.auth.authn import ANONYMOUS, Authenticator, bearer_token
 from lab.apiserver.auth.tokens import ServiceAccountIssuer
 from lab.apiserver.auth.types import Attributes, UserInfo
@@ -55,52 +55,6 @@ _REVIEWS = {
 
 def _dump(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
-
-
-class _Body(dict):
-    """A decoded object with the warnings its decoding gave."""
-
-    def __init__(self, obj: dict, warnings: list[str]) -> None:
-        super().__init__(obj)
-        self._warnings = list(warnings)
-
-    def pop_warnings(self) -> list[str]:
-        out, self._warnings = self._warnings, []
-        return out
-
-
-class _Pairs(dict):
-    """A JSON object as decoded, with the keys it named more than once."""
-
-    repeated: tuple[str, ...] = ()
-
-
-def _pairs_hook(pairs):
-    obj = _Pairs(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        obj.repeated = tuple(dict.fromkeys(k for k, _ in pairs if k in seen or seen.add(k)))
-    return obj
-
-
-def _duplicate_paths(value, path: str = "") -> list[str]:
-    out = []
-    if isinstance(value, dict):
-        out += [f"{path}.{k}" if path else k for k in getattr(value, "repeated", ())]
-        for k, v in value.items():
-            out += _duplicate_paths(v, f"{path}.{k}" if path else k)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _duplicate_paths(v, f"{path}[{i}]")
-    return out
-
-
-def _plain(value):
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _json_response(obj, status: int = 200, headers=None) -> web.Response:
@@ -667,23 +621,15 @@ class ApiServer:
         except (ValueError, yaml.YAMLError) as exc:
             raise errors.bad_request(f"the body is not valid {'YAML' if 'yaml' in ctype else 'JSON'}: {exc}")
 
-    async def _decoded_body(self, request: web.Request, res: ResourceInfo, field_validation: str) -> "_Body":
-        """The object of a create or update. A JSON object naming a field twice is refused under Strict field
-        validation, and warned of under Warn, as kube-apiserver's strict decoder does (the last value wins)."""
+    async def _decoded_body(self, request: web.Request, res: ResourceInfo, field_validation: str):
+        """The object of a create or update (`decoding.Body`, with its decoding's warnings)."""
         raw = await request.read()
         if request.content_type in ("application/json", "") and raw:
-            try:
-                body = json.loads(raw, object_pairs_hook=_pairs_hook)
-            except ValueError:
-                body = None
-            if isinstance(body, dict):
-                found = [f'duplicate field "{d}"' for d in _duplicate_paths(body)]
-                if found and field_validation == "Strict":
-                    raise errors.bad_request(f"{validation.decoding_prefix(res)}strict decoding error: "
-                                             + ", ".join(found))
-                return _Body(_plain(body), found if field_validation == "Warn" else [])
+            body = decoding.strict_json(raw, res, field_validation)
+            if body is not None:
+                return body
         body = await self._body(request)
-        return _Body(body, []) if isinstance(body, dict) else body
+        return decoding.Body(body, []) if isinstance(body, dict) else body
 
     @staticmethod
     def _field_validation(query, options_kind: str = "PatchOptions") -> str:
@@ -875,44 +821,7 @@ class ApiServer:
 
     def _check_owner_references(self, res: ResourceInfo, obj, old: dict | None, user: UserInfo,
                                 namespace: str | None) -> None:
-        """OwnerReferencesPermissionEnforcement, which Deckhouse's kube-apiserver runs: changing an object's
-        ownerReferences needs `delete` on the object (not on create: who may not create it could not own it
-        anyway), and a new blockOwnerDeletion needs `update` on the owner's finalizers."""
-        if not isinstance(obj, dict):
-            return
-        refs = list((obj.get("metadata") or {}).get("ownerReferences") or ())
-        old_refs = list(((old or {}).get("metadata") or {}).get("ownerReferences") or ())
-        if refs == old_refs:
-            return
-        name = (obj.get("metadata") or {}).get("name") or ""
-        ns = namespace if res.namespaced else ""
-
-        def refuse(why: str, decision) -> None:
-            raise errors.ApiError(403, "Forbidden", f"{errors.resource_label(res.group, res.plural)} \"{name}\" is "
-                                                    f"forbidden: {why}: {decision.reason}, <nil>",
-                                  errors.details(name, res.group, res.plural))
-
-        if old is not None:
-            decision = self.authorize(user, Attributes(verb="delete", resource_request=True, api_group=res.group,
-                                                       resource=res.plural, namespace=ns or "", name=name))
-            if not decision.allowed:
-                refuse("cannot set an ownerRef on a resource you can't delete", decision)
-        blocking_before = [r for r in old_refs if r.get("blockOwnerDeletion")]
-        for ref in refs:
-            if not ref.get("blockOwnerDeletion") or ref in blocking_before:
-                continue
-            owner = self.registry.by_kind(ref.get("apiVersion", ""), ref.get("kind", ""))
-            if owner is None:
-                raise errors.ApiError(403, "Forbidden", f"{errors.resource_label(res.group, res.plural)} \"{name}\" "
-                                      f"is forbidden: cannot set blockOwnerDeletion in this case because cannot find "
-                                      f"RESTMapping for APIVersion {ref.get('apiVersion')} Kind {ref.get('kind')}",
-                                      errors.details(name, res.group, res.plural))
-            decision = self.authorize(user, Attributes(
-                verb="update", resource_request=True, api_group=owner.group, resource=owner.plural,
-                subresource="finalizers", namespace=ns if owner.namespaced else "", name=ref.get("name", "")))
-            if not decision.allowed:
-                refuse("cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set "
-                       "finalizers on", decision)
+        ownerrefs.admit(res, obj, old, namespace, self.registry, lambda attrs: self.authorize(user, attrs))
 
     async def _patch(self, request, res: ResourceInfo, info: RequestInfo, user: UserInfo, attrs) -> web.Response:
         ctype = request.content_type

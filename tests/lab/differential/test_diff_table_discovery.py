@@ -121,6 +121,13 @@ async def test_a_watch_as_tables(seeded):
     await seeded.run(case)
 
 
+def by_name(resources: list | None, key: str = "name") -> None:
+    """A group version's resources in name order: kube-apiserver lists a CRD group's in an order of its own that
+    changes from one start to the next."""
+    if resources:
+        resources.sort(key=lambda r: r.get(key, ""))
+
+
 def pick(body: dict, key: str, names) -> list:
     return [x for x in body.get(key) or [] if x.get("name") in names]
 
@@ -136,7 +143,9 @@ async def test_discovery_of_the_modules_groups(seeded):
         for gv in ("peering.deckhouse.io/v1alpha1", "deckhouse.io/v1alpha1", "deckhouse.io/v1alpha2",
                    "deckhouse.io/v1alpha3", "rbac.authorization.k8s.io/v1", "coordination.k8s.io/v1",
                    "authentication.k8s.io/v1", "authorization.k8s.io/v1", "events.k8s.io/v1"):
-            s[f"/apis/{gv}"] = await b.call("GET", f"/apis/{gv}")
+            listed = await b.call("GET", f"/apis/{gv}")
+            by_name(listed.body.get("resources"))
+            s[f"/apis/{gv}"] = listed
         s["/apis/deckhouse.io/v1alpha1 projects"] = [r["name"] for r in s["/apis/deckhouse.io/v1alpha1"].body.get(
             "resources", []) if r["name"].startswith("project")]
         core = await b.call("GET", "/api/v1")
@@ -148,6 +157,9 @@ async def test_discovery_of_the_modules_groups(seeded):
         s["aggregated content type"] = aggregated.content_type
         s["aggregated groups"] = [i for i in aggregated.body.get("items", [])
                                   if i["metadata"]["name"] in ("peering.deckhouse.io", "deckhouse.io")]
+        for item in s["aggregated groups"]:
+            for version in item.get("versions") or []:
+                by_name(version.get("resources"), key="resource")
         return s
 
     await seeded.run(case)
