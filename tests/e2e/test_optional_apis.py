@@ -86,7 +86,8 @@ async def test_once_the_apis_are_installed_projects_pair_and_tokens_exchange_wit
     await until_equal(lambda: ready(clusterpeer(a, "to-b")), ("Active", "True", "PeeringReady"), timeout=30)
     await until_equal(lambda: condition(clusterpeer(a, "to-b"), "TokenExchangeReady").get("reason"), "ProviderReady",
                       timeout=30)
-    assert condition(clusterpeer(a, "to-b"), "Ready")["message"] == "the peering works"
+    # The Project API is noticed by its own poll (every 0.5 s here): the message loses its note once it is.
+    await until_equal(lambda: condition(clusterpeer(a, "to-b"), "Ready")["message"], "the peering works", timeout=30)
     for cluster, name in ((a, "to-b"), (b, "to-a")):
         await until_equal(lambda: (cluster.api.get(GROUP, "projectpeers", name, PROJECT) or {}).get("status", {})
                           .get("state"), "Paired", timeout=30)
