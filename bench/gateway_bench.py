@@ -1,6 +1,7 @@
 """Benchmark of the peering gateway against nginx as an equivalent mTLS-terminating proxy, on this machine.
 
     python -m bench.gateway_bench [--quick] [--out bench/out/gateway.json]
+    python -m bench.gateway_bench --ab OTHER_CHECKOUT [--rounds 4]   # this gateway against another, paired
 
 Both targets get the same driver and the same upstream:
 
@@ -368,7 +369,8 @@ class Setup:
         self.procs.append(proc)
         return proc
 
-    def target(self, kind: str, workers: int) -> tuple[subprocess.Popen, int]:
+    def target(self, kind: str, workers: int, cwd: str | None = None) -> tuple[subprocess.Popen, int]:
+        """nginx, or the gateway of this checkout (of the checkout at `cwd` when given)."""
         port = free_port()
         if kind == "nginx":
             proc = start_nginx(nginx_conf(self.d, f"target-{workers}", workers,
@@ -379,7 +381,7 @@ class Setup:
             cmd = [sys.executable, "-m", "bench.gateway_bench", "serve-gateway", json.dumps(cfg)]
             if self.cpus:
                 cmd = ["taskset", "-c", self.cpus, *cmd]
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=cwd)
             assert proc.stdout is not None
             line = proc.stdout.readline()
             if not line.startswith("ready"):
@@ -494,6 +496,61 @@ def run(args: argparse.Namespace) -> dict:
             s.close()
     results["summary"] = summarize(results)
     return results
+
+
+PODS = "/api/v1/namespaces/default/pods"
+
+
+def ab(args: argparse.Namespace) -> dict:
+    """The keep-alive and handshake figures of one worker of the gateway of another checkout (`--ab`, e.g. a `git
+    worktree` of an earlier commit), of this one and of nginx, in rounds that alternate the three, so that
+    whatever else loads the machine falls on all alike. Each figure is one 8 s run; the summary gives the median
+    over the rounds and, per round, the ratio to the nginx of that round."""
+    other = pathlib.Path(args.ab).resolve()
+    if not (other / "gateway" / "server.py").exists() or not (other / "bench" / "gateway_bench.py").exists():
+        raise SystemExit(f"--ab {other}: not a checkout of this repository (no gateway/server.py or "
+                         "bench/gateway_bench.py there); make one with git worktree add")
+    for tool in (NGINX, WRK):
+        if not os.path.exists(tool):
+            raise SystemExit(f"{tool} is needed for this benchmark: apt-get install nginx wrk")
+    rounds: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="gateway-ab-") as tmp:
+        s = Setup(pathlib.Path(tmp), False, args.cpus)
+        try:
+            for _ in range(args.rounds):
+                for label, kind, cwd in (("other", "gateway", str(other)), ("this", "gateway", None),
+                                         ("nginx", "nginx", None)):
+                    print(f"round {len(rounds) // 3 + 1}: {label}", file=sys.stderr, flush=True)
+                    target, tport = s.target(kind, 1, cwd=cwd)
+                    driver, dport = s.driver(tport)
+                    try:
+                        base = f"http://127.0.0.1:{dport}"
+                        wrk(base + PODS, connections=64, seconds=2, d=s.d)  # warm pools and caches
+                        load = [round(x, 2) for x in os.getloadavg()]
+                        keepalive = wrk(base + PODS, connections=64, seconds=8, d=s.d, pid=target.pid)
+                        handshakes = wrk(base + "/fresh" + PODS, connections=32, seconds=8, d=s.d, pid=target.pid)
+                    finally:
+                        stop(driver)
+                        stop(target, signal.SIGTERM)
+                    rounds.append({"target": label, "load": load, "keepalive": keepalive, "handshakes": handshakes})
+        finally:
+            s.close()
+    summary: dict = {}
+    for label in ("other", "this", "nginx"):
+        mine = [r for r in rounds if r["target"] == label]
+        for part in ("keepalive", "handshakes"):
+            for key in ("rps", "target_cpu_us_per_request"):
+                values = sorted(r[part][key] for r in mine)
+                summary[f"{label}_{part}_{key}_median"] = values[len(values) // 2]
+    for label in ("other", "this"):
+        for part in ("keepalive", "handshakes"):
+            ratios = sorted(g[part]["rps"] / n[part]["rps"] for g, n in zip(
+                [r for r in rounds if r["target"] == label], [r for r in rounds if r["target"] == "nginx"]))
+            summary[f"{label}_{part}_ratio_to_nginx_median"] = round(ratios[len(ratios) // 2], 3)
+            summary[f"{label}_{part}_ratio_to_nginx_runs"] = [round(x, 3) for x in ratios]
+    return {"command": " ".join([os.path.basename(sys.executable), "-m", "bench.gateway_bench", *sys.argv[1:]]),
+            "started_loadavg": rounds[0]["load"] if rounds else None, "rounds": rounds, "summary": summary,
+            "machine": {"cpus": os.cpu_count(), "cpu_model": _cpu_model(), "python": platform.python_version()}}
 
 
 def _cpu_model() -> str:
@@ -722,6 +779,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="short runs and fewer connections (a smoke run)")
     parser.add_argument("--cpus", default=None, help="taskset CPU list for the target, e.g. 1 (default: none)")
     parser.add_argument("--out", default="bench/out/gateway.json", help="where to write the JSON results")
+    parser.add_argument("--ab", default=None, help="another checkout whose gateway is measured against this one")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds of --ab (each measures all three targets)")
     g = sub.add_parser("serve-gateway")
     g.add_argument("config")
     st = sub.add_parser("stubs")
@@ -741,7 +800,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.cmd == "hold":
         hold(args)
     else:
-        results = run(args)
+        results = ab(args) if args.ab else run(args)
         out = pathlib.Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=2))
