@@ -14,7 +14,7 @@ from yarl import URL
 
 from contract import reasons
 from contract.errors import Refusal
-from contract.names import PROVIDER_PREFIX, peer_secret_name
+from contract.names import peer_secret_name
 from gateway.accounting import Accounting
 from gateway.config import GatewayConfig
 from gateway.connections import PeerConnections
@@ -129,7 +129,9 @@ class GatewayState:
     def _exchange_outcome(self, connector_id: str, failure: tuple[str, str] | None) -> None:
         # Counted here, in the process that called Dex: a worker reports only changes to its parent.
         if failure is not None:
-            peer = connector_id[len(PROVIDER_PREFIX):] if connector_id.startswith(PROVIDER_PREFIX) else connector_id
+            # The peer whose connector it is: a connector's name is bounded for long ClusterPeer names, never
+            # parsed back.
+            peer = next((p.name for p in self.registry.peers.values() if p.connector_id == connector_id), "-")
             self.metrics.exchange_failures.labels(peer, failure[0]).inc()
         if self._on_exchange is not None:
             self._on_exchange(connector_id, failure)

@@ -248,6 +248,8 @@ async def test_dex_refusing_the_client_says_to_check_the_dexclient(gateway, sess
         assert "DexClient" in (await resp.json())["message"]
     reason, message = gateway.exchange_failures["peering-peer"]
     assert reason == "TokenExchangeMisconfigured" and "s3cret" not in message
+    failed = gateway.metrics.exchange_failures.labels("peer", "TokenExchangeMisconfigured")._value.get()
+    assert failed == 1  # counted for the peer the connector belongs to
 
 
 @pytest.mark.parametrize("status, body, code, reason, words", [
