@@ -1011,9 +1011,8 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 signal.signal(signal.SIGINT, previous)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        print(f"\nDone in {time.monotonic() - started:.0f}s. On real clusters, with the chart:")
-        print("  helm install peering charts/peering -n d8-peering --create-namespace "
-              "--set publicDomainTemplate='%s.example.com' --set https.mode=CertManager")
+        print(f"\nDone in {time.monotonic() - started:.0f}s. On Deckhouse clusters, enable the module on both:")
+        print("  apiVersion: deckhouse.io/v1alpha1, kind: ModuleConfig, metadata.name: peering, spec.enabled: true")
         print("  then follow the same steps with `d8 k` on both clusters (docs/guide-scenario.md).")
     return 0
 
