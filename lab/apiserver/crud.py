@@ -224,6 +224,11 @@ class Objects:
                 raise errors.invalid("Secret", "", obj["metadata"]["name"], [
                     validation.cause("FieldValueForbidden", "data", "Forbidden: field is immutable when "
                                      "`immutable` is set")])
+        elif key == events.CORE_KEY:
+            # Unset times and source are answered as null and {} (core names; events.k8s.io shows them renamed).
+            obj.setdefault("firstTimestamp", None)
+            obj.setdefault("lastTimestamp", None)
+            obj.setdefault("source", {})
         elif key == ("", "configmaps"):
             _check_base64("ConfigMap", obj.get("binaryData") or {})
         elif key == ("coordination.k8s.io", "leases"):
@@ -335,6 +340,10 @@ class Objects:
             obj.pop("status", None)   # a create cannot set status when status is a subresource
         obj = sensitive.restore(obj, None, list(info.sensitive_paths)) if info.sensitive_paths else obj
         obj, warnings = validation.validate(info, obj, None, field_validation)
+        if info.storage == events.CORE_KEY:
+            problems = events.creation_problems(obj)
+            if problems:
+                raise errors.invalid("Event", "", meta.get("name") or "", problems)
         obj = conversion.to_storage(info, self._kind_rules(info, obj, None))
         if self.store.get(info.key, namespace, meta["name"]) is not None:
             raise errors.already_exists(info.group, info.plural, meta["name"])
