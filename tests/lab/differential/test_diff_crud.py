@@ -5,7 +5,7 @@ with preconditions, and status writes, on a custom resource (ClusterPeer, Projec
 from __future__ import annotations
 
 import pytest
-from differential_support import ABSENT, Backend, Deliberate
+from differential_support import Backend, Deliberate
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
