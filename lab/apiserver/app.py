@@ -519,11 +519,11 @@ class ApiServer:
             return _json_response(self.sa_issuer.discovery_document())
         if path == "/openid/v1/jwks":
             # kube-apiserver serves the keys only as application/jwk-set+json: an Accept that names neither it nor
-            # a range holding it (application/json alone, as most clients send) is 406, in plain text.
+            # */* (application/json alone, as most clients send; application/* too) is a 406 Status.
             media = {part.split(";")[0].strip().lower() for part in accept.split(",")} if accept else {"*/*"}
-            if not media & {"application/jwk-set+json", "application/*", "*/*"}:
-                return web.Response(status=406, content_type="text/plain",
-                                    text="406: Not Acceptable\n\nAvailable representations: application/jwk-set+json")
+            if not media & {"application/jwk-set+json", "*/*"}:
+                raise errors.ApiError(406, "NotAcceptable",
+                                      "406: Not Acceptable\n\nAvailable representations: application/jwk-set+json")
             return web.Response(body=_dump(self.sa_issuer.jwks()), content_type="application/jwk-set+json")
         if path == "/api":
             if discovery.wants_aggregated(accept):

@@ -337,6 +337,19 @@ async def test_unauthenticated_requests(lab, admin_files):
     assert doc["issuer"] == lab.server.url
 
 
+async def test_the_service_account_keys_are_served_as_a_jwk_set_only(lab, admin_files):
+    # As kube-apiserver: application/jwk-set+json or */*; application/json alone (or application/*) is a 406 Status.
+    for accept in ("application/jwk-set+json", "*/*", "application/json, application/jwk-set+json"):
+        status, headers, body = await raw(lab, "GET", "/openid/v1/jwks", cert_key=admin_files,
+                                          headers={"Accept": accept})
+        assert status == 200 and headers["Content-Type"].startswith("application/jwk-set+json"), accept
+        assert body["keys"], accept
+    for accept in ("application/json", "application/*"):
+        status, _, body = await raw(lab, "GET", "/openid/v1/jwks", cert_key=admin_files, headers={"Accept": accept})
+        assert (status, body["kind"], body["reason"]) == (406, "Status", "NotAcceptable"), accept
+        assert body["message"] == "406: Not Acceptable\n\nAvailable representations: application/jwk-set+json"
+
+
 async def test_discovery_documents(lab, admin_files):
     status, _, root = await raw(lab, "GET", "/", cert_key=admin_files)
     assert status == 200 and "/apis/peering.deckhouse.io/v1alpha1" in root["paths"]
