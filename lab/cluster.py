@@ -1,11 +1,15 @@
-"""A lab cluster on loopback: API server emulator, Dex, user-authn, ingress, and the real peering process.
+"""A lab cluster on loopback: API server, Dex, user-authn, ingress, and the real peering process.
+
+The API server is the emulator (lab/apiserver/, in this process, the default) or, with `apiserver="real"`, a real
+etcd + kube-apiserver + kube-controller-manager (lab/real/), whose `cluster.api` is lab/kubeapi.py's `HttpApi`:
+the emulator's in-process calls over HTTP. Everything else is the same on both.
 
 A cluster `c` has the public domain template `%s.c.lab`. Every listener binds 127.0.0.1 with a port the OS
 chooses; the names resolve through the lab's resolver map (`resolve_map()`), so TLS host names are real:
 
 | name | what answers |
 |---|---|
-| `api.c.lab` | the API server emulator (also reachable as 127.0.0.1, which its certificate names too) |
+| `api.c.lab` | the API server (also reachable as 127.0.0.1, which its certificate names too) |
 | `dex.c.lab` | the Dex stand-in, issuer `https://dex.c.lab/` (with the slash, as Deckhouse's) |
 | `peering.c.lab` | the ingress-nginx stand-in, TLS by the lab's public CA, to the peering process's join listener |
 | `peering-gateway.c.lab` | a TCP passthrough (the LoadBalancer) to the peering process's entrance |
