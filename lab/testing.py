@@ -11,6 +11,10 @@ As processes, exactly as `python -m lab up` runs them, for tests that use kubect
     with lab_processes(tmp_path, ["a", "b"]) as lab:
         lab.kubectl("a", "get", "namespaces")
 
+Each takes `apiserver="real"` for clusters on a real kube-apiserver (lab/real/; `cluster.api` is then
+lab/kubeapi.py's, over HTTP). A fixture that runs its tests on both backends takes `params=apiserver_backends()`
+and passes `request.param` on: its tests are marked `emulator` and `real` and named `[emulator]` and `[real]`.
+
 or through the pytest fixture factories, at module level:
 
     lab = lab_process_fixture(["a", "b"])        # processes, one lab for the module's tests
