@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Callable
 import aiohttp
 
 from contract import reasons
-from contract.names import CA_SECRET, peer_secret_name
+from contract.names import CA_SECRET
 from gateway.protocol import PeerCall
 from contract.errors import Refusal
 
 from control import pki
-from control.apply import DELETING, create_or_update
-from control.kube import CLUSTERPEERS, SECRETS, ApiError, Conflict, NotFound
+from control.kube import CLUSTERPEERS, SECRETS, ApiError
+from control.peer_secret import PeeringGone, update_peer_secret
 from control.rules import credentials as creds
 from control.rules import join as join_rules
 
@@ -30,7 +30,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("peering.control.peer")
 
-MAX_ATTEMPTS = 3
+
+#: Certificates issued to one peer that stay accepted at once: the newest and those before it, until they expire.
+#: With renewal at half of the lifetime two are valid at a time; the third covers a renewal answered but lost.
+KEEP_ISSUED = 3
 
 
 def _bad(exc: join_rules.JoinError) -> Refusal:
@@ -79,27 +82,13 @@ class PeerHandlers:
 
     async def _update_secret(self, name: str, change: Callable[[dict[str, str]], dict[str, str] | None]) -> dict:
         """Read the peer Secret, apply `change` to its values and write it with the read resourceVersion."""
-        for _ in range(MAX_ATTEMPTS):
-            cp = await self.kube.get_or_none(CLUSTERPEERS, name)
-            secret = await self.kube.get_or_none(SECRETS, peer_secret_name(name), self.namespace)
-            if cp is None or secret is None:
-                raise Refusal(403, reasons.PEER_UNKNOWN, "this peering no longer exists here")
-            values = creds.secret_values(secret)
-            new = change(values)
-            if new is None:
-                return values
-            obj = creds.peer_secret(cp, self.namespace, {k: v for k, v in new.items() if k in creds.KEYS})
-            try:
-                # Written with the resourceVersion just read: a concurrent change makes us read again.
-                applied = await create_or_update(self.kube, SECRETS, obj, current=secret)
-            except Conflict:
-                continue
-            except NotFound:
-                raise Refusal(403, reasons.PEER_UNKNOWN, "this peering no longer exists here") from None
-            if applied.op == DELETING:
-                raise Refusal(403, reasons.PEER_UNKNOWN, "this peering no longer exists here")
-            return new
-        raise Refusal(409, reasons.CONFLICT, "the credentials changed meanwhile; retry")
+        try:
+            values = await update_peer_secret(self.kube, self.namespace, name, change)
+        except PeeringGone:
+            raise Refusal(403, reasons.PEER_UNKNOWN, "this peering no longer exists here") from None
+        if values is None:
+            raise Refusal(409, reasons.CONFLICT, "the credentials changed meanwhile; retry")
+        return values
 
     async def credentials(self, call: PeerCall) -> dict:
         own_uuid = self.ctx.cluster_uuid()
@@ -133,18 +122,26 @@ class PeerHandlers:
         ca = pki.CertAndKey(ca_values["tls.crt"], ca_values["tls.key"])
         now = self.ctx.clock.now()
         issued: list[str] = []
+        fresh: list[bool] = []
 
-        def change(values: dict[str, str]) -> dict[str, str]:
+        def change(values: dict[str, str]) -> dict[str, str] | None:
             current = _certs(values.get("issued.crt", ""))
             if not current or pki.public_key_fingerprint(current[0]) != pki.public_key_fingerprint(csr):
                 raise Refusal(403, reasons.KEY_MISMATCH, "a renewal must keep the key of the current certificate")
+            if not pki.needs_renewal(current[0], now):
+                # Issued within its first half already (a retry, or the peer has not stored our last answer yet):
+                # answer it again rather than issue one more, so retries cannot push a certificate out.
+                issued[:], fresh[:] = [current[0]], [False]
+                return None
             cert = pki.issue_client_cert(ca, csr, values.get("peer-uuid") or call.peer.uuid, now=now,
                                          lifetime=self.ctx.settings.control.client_lifetime)
-            issued[:] = [cert]
-            # The old certificate stays accepted until it expires, so the peer's connections open meanwhile work.
-            keep = [c for c in current[:1] if pki.valid_at(c, now)]
+            issued[:], fresh[:] = [cert], [True]
+            # Every earlier certificate stays accepted until it expires (at most KEEP_ISSUED in all), so the one
+            # the peer holds keeps working while it stores the new one, and its open connections too.
+            keep = [c for c in current if pki.valid_at(c, now)][:KEEP_ISSUED - 1]
             return {**values, "issued.crt": "".join([cert, *keep])}
 
         await self._update_secret(call.peer.name, change)
-        log.info("client certificate renewed for peer", extra={"clusterpeer": call.peer.name})
+        log.info("client certificate renewed for peer" if fresh[0] else "client certificate answered again (renewed "
+                 "recently)", extra={"clusterpeer": call.peer.name})
         return join_rules.certificate_answer(issued[0])

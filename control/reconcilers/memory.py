@@ -35,6 +35,9 @@ class PeerMemory:
     #: fingerprints of the certificates last seen in the peer Secret, {"client.crt", "issued.crt"}: a change of
     #: one is a renewal (an Event).
     seen_certs: dict = dataclasses.field(default_factory=dict)
+    #: our client certificate before the last renewal, used again while the peer's entrance refuses the new one
+    #: (it learns a certificate it issued through its own watch, a moment after answering); "" once it took it.
+    previous_client_cert: str = ""
 
 
 class Memory:

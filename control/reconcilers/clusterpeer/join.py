@@ -17,7 +17,7 @@ from control.clock import Clock
 from control.kube import KubeSession
 from control.peerclient import PeerClient
 from control.reconcilers.clusterpeer.observe import MAX_REQUEUE, Observed
-from control.reconcilers.clusterpeer.secret import write_peer_secret
+from control.peer_secret import write_peer_secret
 from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import conditions as cond
 from control.rules import join as join_rules

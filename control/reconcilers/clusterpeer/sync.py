@@ -20,7 +20,7 @@ from control.clock import Clock
 from control.kube import KubeSession
 from control.peerclient import Answer, PeerClient
 from control.reconcilers.clusterpeer.observe import Observed
-from control.reconcilers.clusterpeer.secret import write_peer_secret
+from control.peer_secret import PeeringGone, update_peer_secret
 from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import conditions as cond
 from control.rules import join as join_rules
@@ -59,7 +59,7 @@ class Syncer:
 
     async def sync(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None, *,
                    just_joined: bool) -> SyncOutcome:
-        values = await self._renew(obs, values)
+        values = await self._renew(obs, mem, values)
         if obs.spec.type == JOIN and mem.delivered != values.get("issued.crt") and not just_joined:
             await self._deliver(obs, mem, values)
         if mem.pull_at <= self.clock.monotonic() or peer is None:
@@ -74,20 +74,32 @@ class Syncer:
         if obs.offer == mem.notified_offer:
             return None
         if self.clock.monotonic() >= mem.notify_at:
-            answer = await self._call(values, "notify", body={})
+            answer = await self._call(mem, values, "notify", body={})
             self.memory.announced(mem, obs.offer, answer.ok)
         if obs.offer != mem.notified_offer:
             return max(0.05, mem.notify_at - self.clock.monotonic())
         return None
 
-    async def _call(self, values: dict[str, str], op: str, body: dict | None = None) -> Answer:
+    async def _call(self, mem: PeerMemory, values: dict[str, str], op: str, body: dict | None = None) -> Answer:
+        answer = await self._call_with(values, values.get("client.crt", ""), op, body)
+        previous = mem.previous_client_cert
+        if not previous:
+            return answer
+        if failure(answer)[0] == cond.PEER_REFUSED_CERTIFICATE and pki.valid_at(previous, self.clock.now()):
+            # Just renewed, and the peer's entrance (or one of its replicas) has not learnt the certificate it
+            # issued yet: the one before stays accepted there until it expires, so use it meanwhile.
+            return await self._call_with(values, previous, op, body)
+        if answer.status is not None:
+            mem.previous_client_cert = ""  # the entrance answered the new certificate: it knows it
+        return answer
+
+    async def _call_with(self, values: dict[str, str], cert: str, op: str, body: dict | None) -> Answer:
         return await self.client.call(values.get("peer-entrance", ""), op, body=body,
-                                      peer_ca_pem=values.get("peer-ca.crt", ""),
-                                      client_cert_pem=values.get("client.crt", ""),
+                                      peer_ca_pem=values.get("peer-ca.crt", ""), client_cert_pem=cert,
                                       client_key_pem=values.get("client.key", ""))
 
     async def _deliver(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> None:
-        answer = await self._call(values, "credentials", join_rules.credentials_message(values["issued.crt"]))
+        answer = await self._call(mem, values, "credentials", join_rules.credentials_message(values["issued.crt"]))
         if answer.ok:
             mem.delivered = values["issued.crt"]
             mem.pull_at = 0.0
@@ -95,12 +107,12 @@ class Syncer:
             mem.sync_error = failure(answer)
             log.info("credentials not delivered yet", extra={"clusterpeer": obs.key, "status": answer.status})
 
-    async def _renew(self, obs: Observed, values: dict[str, str]) -> dict[str, str]:
+    async def _renew(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> dict[str, str]:
         """Renew our client certificate once it is due; keep the old one on any failure."""
         if not pki.needs_renewal(values["client.crt"], obs.now):
             return values
         csr = pki.csr_for_key(values["client.key"], obs.own_uuid)
-        answer = await self._call(values, "certificate", join_rules.certificate_request(csr))
+        answer = await self._call(mem, values, "certificate", join_rules.certificate_request(csr))
         if not answer.ok:
             log.warning("client certificate renewal failed", extra={"clusterpeer": obs.key, "status": answer.status})
             return values
@@ -110,15 +122,31 @@ class Syncer:
         except join_rules.JoinError as exc:
             log.warning("renewed certificate refused", extra={"clusterpeer": obs.key, "error": exc.message})
             return values
-        new_values = {**values, "client.crt": cert}
-        if await write_peer_secret(self.kube, obs.cp, self.namespace, new_values, obs.secret) is None:
+
+        def change(stored: dict[str, str]) -> dict[str, str] | None:
+            # Written over what the Secret holds now, not over this pass's copy: the peer handlers write the same
+            # Secret (the certificate we issue to the peer), and a renewal lost to that race would be asked for
+            # again and again with a certificate the peer stops accepting.
+            if stored.get("client.key") != values["client.key"]:
+                return None
+            held = stored.get("client.crt", "")
+            if held and not pki.needs_renewal(held, obs.now) and pki.not_after(held) >= pki.not_after(cert):
+                return None
+            return {**stored, "client.crt": cert}
+
+        try:
+            written = await update_peer_secret(self.kube, self.namespace, obs.key, change)
+        except PeeringGone:
             return values
+        if written is None or written.get("client.crt") != cert:
+            return values if written is None else written
+        mem.previous_client_cert = values["client.crt"]
         log.info("client certificate renewed", extra={"clusterpeer": obs.key})
-        return new_values
+        return written
 
     async def _pull(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None) -> dict | None:
         """Fetch the peer's offer; the previous status.peer stays on any failure (a failed sync never revokes)."""
-        answer = await self._call(values, "offer")
+        answer = await self._call(mem, values, "offer")
         if not answer.ok:
             mem.sync_error = failure(answer)
             mem.sync_failures += 1

@@ -1,0 +1,63 @@
+"""The peer Secret `peer-<clusterpeer>`: the one place that writes it (docs/internals.md lists its keys).
+
+Two writers meet on it: this cluster's reconciler (our key, the exchanged credentials, our renewed client
+certificate) and the peer handlers (the certificate we issued to the peer, renewed when the peer asks). Every
+write carries the resourceVersion it read, so neither loses the other's change: `update_peer_secret` reads again
+and re-applies its change on a conflict; `write_peer_secret` hands the conflict to a caller that requeues.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from contract.names import peer_secret_name
+from control.apply import DELETING, create_or_update
+from control.kube import CLUSTERPEERS, SECRETS, Conflict, KubeSession, NotFound
+from control.rules import credentials as creds
+
+#: Reads and writes one change makes before it gives up on a Secret that keeps changing under it.
+MAX_ATTEMPTS = 5
+
+
+class PeeringGone(Exception):
+    """The ClusterPeer or its peer Secret no longer exists (or is being deleted)."""
+
+
+async def write_peer_secret(kube: KubeSession, cp: dict, namespace: str, values: dict[str, str],
+                            current: dict | None) -> dict | None:
+    """The Secret as written with `values` (over `current`, the copy the pass knows), or None when a concurrent
+    write or a deletion came first: the caller requeues and reads again."""
+    obj = creds.peer_secret(cp, namespace, {k: v for k, v in values.items() if k in creds.KEYS})
+    try:
+        applied = await create_or_update(kube, SECRETS, obj, current=current)
+    except Conflict:
+        return None
+    return None if applied.op == DELETING else applied.obj
+
+
+async def update_peer_secret(kube: KubeSession, namespace: str, name: str,
+                             change: Callable[[dict[str, str]], dict[str, str] | None]) -> dict[str, str] | None:
+    """Read the ClusterPeer `name` and its peer Secret from the API, apply `change` to the Secret's values and write
+    them with the resourceVersion read; on a conflict, read and apply again. `change` returns the new values, or
+    None when nothing is to be written (it may raise to refuse). Returns the values the Secret holds afterwards, or
+    None when every attempt met a concurrent write. Raises PeeringGone when the peering no longer exists."""
+    for _ in range(MAX_ATTEMPTS):
+        cp = await kube.get_or_none(CLUSTERPEERS, name)
+        secret = await kube.get_or_none(SECRETS, peer_secret_name(name), namespace)
+        if cp is None or secret is None:
+            raise PeeringGone(name)
+        values = creds.secret_values(secret)
+        new = change(values)
+        if new is None:
+            return values
+        obj = creds.peer_secret(cp, namespace, {k: v for k, v in new.items() if k in creds.KEYS})
+        try:
+            applied = await create_or_update(kube, SECRETS, obj, current=secret)
+        except Conflict:
+            continue
+        except NotFound:
+            raise PeeringGone(name) from None
+        if applied.op == DELETING:
+            raise PeeringGone(name)
+        return new
+    return None
