@@ -153,3 +153,39 @@ def test_the_rules_import_only_rules_and_the_composition_root_only_the_cli():
               for name, deps in graph.items() if name.startswith("control.rules")}
     assert {name: deps for name, deps in impure.items() if deps} == {}
     assert [name for name, deps in graph.items() if "control.process" in deps] == ["control.cli"]
+
+
+# Prefixes that once stood for a package in a flat tests/ directory; tests now live in packages mirroring the source.
+_OLD_PREFIXES = ("rules", "runtime", "recon", "reconcilers", "handlers", "check", "gw", "gateway", "control")
+
+
+def _prefixed(root: pathlib.Path, test_dirs: list[str], packages: set[str]) -> list[str]:
+    """Test files named `test_<prefix>_...` where the prefix stands for a package instead of being one."""
+    prefixes = set(_OLD_PREFIXES) | packages
+    return sorted(str(path.relative_to(root)) for d in test_dirs for path in (root / d).rglob("test_*.py")
+                  if len(path.stem.split("_")) > 2 and path.stem.split("_")[1] in prefixes)
+
+
+def test_no_test_file_carries_a_package_prefix():
+    """tests/control and tests/gateway mirror the source tree as packages: the tests of control/rules/grants.py are
+    tests/control/rules/test_grants.py, never tests/control/test_rules_grants.py."""
+    packages = {p.parent.name for root in (PACKAGE, ROOT / "gateway") for p in root.rglob("__init__.py")}
+    found = _prefixed(ROOT, ["tests/control", "tests/gateway"], packages)
+    assert found == [], ("test files named after a package instead of living in it (move them into "
+                         "tests/<package>/<subpackage>/test_<module>.py): " + ", ".join(found))
+
+
+def test_the_prefix_check_sees_a_prefixed_file(tmp_path):
+    for name in ("test_rules_grants.py", "test_runtime_lease.py", "rules/test_grants.py", "test_check.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert _prefixed(tmp_path, ["."], {"rules"}) == ["test_rules_grants.py", "test_runtime_lease.py"]
+
+
+def test_the_test_packages_mirror_the_source_packages():
+    """Every package under tests/control is one of control/'s (tests/control/rules for control/rules, ...)."""
+    tests = ROOT / "tests" / "control"
+    strays = sorted(str(d.relative_to(ROOT)) for d in tests.rglob("*") if d.is_dir() and d.name != "__pycache__"
+                    and not (PACKAGE / d.relative_to(tests)).is_dir())
+    assert strays == [], f"test packages with no source package of that name under control/: {strays}"
+    assert all((d / "__init__.py").exists() for d in tests.rglob("*") if d.is_dir() and d.name != "__pycache__")

@@ -20,7 +20,7 @@ from gateway.resolve import OverrideResolver
 from lab.testing import apiserver_backends, lab_clusters
 from tests.control.conftest import FakeClock
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "e2e"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "e2e"))
 from peering_lab import (API_VERSION, GROUP, clusterpeer, condition, connection_string, create_invite,  # noqa: E402
                          create_join, ready, until, until_equal)
 

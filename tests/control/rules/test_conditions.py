@@ -229,7 +229,7 @@ def test_every_reason_is_documented():
 
     from control.rules import capabilities, join
 
-    doc = Path(__file__).resolve().parents[2].joinpath("docs", "protocol.md").read_text()
+    doc = Path(__file__).resolve().parents[3].joinpath("docs", "protocol.md").read_text()
     reasons = set(c.PERMANENT_JOIN_REASONS) | set(c.SYNC_REASONS) | set(c.USER_AUTHN_REASONS) | set(join.KNOWN_JOIN_REASONS)
     reasons |= {
         getattr(mod, name)
