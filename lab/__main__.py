@@ -14,6 +14,10 @@ without the feature); `--without-crd CLUSTER:NAME` leaves it out of one cluster 
 (lab/real/, built once by `python -m lab.real build`) instead of the in-process emulator (`--apiserver emulator`,
 the default); everything else is the same.
 
+`--replicas N` runs N peering processes per cluster (the chart's Deployment runs 2), each with its own Lease
+identity `lab-<cluster>-<i>`, ports and log (`DIR/<cluster>/peering.log` for the first, `peering-<i>.log` for the
+others); the ingress and the passthroughs spread connections across the live ones. The default is 1.
+
 `up` writes DIR/lab.json (per cluster: uuid, resolver map, CA bundles, file paths), DIR/<cluster>/kubeconfig for
 a cluster-admin (`kubectl --kubeconfig DIR/a/kubeconfig get namespaces`), DIR/lab.pid and logs in DIR/lab.log
 and DIR/<cluster>/peering.log.
@@ -32,7 +36,8 @@ import subprocess
 import sys
 import time
 
-from lab.cluster import APISERVERS, ROOT, Lab, check_cluster_name, check_crd_names, default_peering_command
+from lab.cluster import (APISERVERS, MAX_REPLICAS, ROOT, Lab, check_cluster_name, check_crd_names,
+                         default_peering_command)
 
 log = logging.getLogger("lab")
 
@@ -84,6 +89,17 @@ def _clusters(value: str) -> list[str]:
     return names
 
 
+def _replicas(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_REPLICAS:
+        raise argparse.ArgumentTypeError(f"--replicas {value!r}: give a whole number of peering processes per "
+                                         f"cluster from 1 to {MAX_REPLICAS}")
+    return n
+
+
 def _without_crd(value: str) -> str:
     """NAME or CLUSTER:NAME, checked against the CRDs the lab installs."""
     cluster, sep, name = value.rpartition(":")
@@ -132,7 +148,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 2
     (d / "lab.json").unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "lab", "serve", "--clusters", ",".join(args.clusters), "--dir", str(d),
-           "--apiserver", args.apiserver]
+           "--apiserver", args.apiserver, "--replicas", str(args.replicas)]
     if args.no_peering:
         cmd.append("--no-peering")
     cmd += [f"--peering-arg={a}" for a in args.peering_arg]
@@ -168,8 +184,11 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 1
         time.sleep(0.1)  # bounded poll of another process's file
     for name, c in info["clusters"].items():
+        replicas = c["peering"].get("replicas") or []
         print(f"cluster {name}: {c['apiserver']} API server {c['apiServer']}, uuid {c['uuid']}, kubeconfig "
-              f"{c['files']['kubeconfig']}, peering {c['peering']['state']}")
+              f"{c['files']['kubeconfig']}, peering {c['peering']['state']}"
+              + (f" ({len(replicas)} replicas: {', '.join(r['identity'] for r in replicas)})"
+                 if len(replicas) > 1 else ""))
     print(f"lab ready: {d / 'lab.json'}; stop it with: python -m lab down --dir {d}")
     return 0
 
@@ -209,7 +228,8 @@ async def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     lab = Lab(d, args.clusters, peering_command=None if args.no_peering else with_extra_args(args.peering_arg),
-              without_crds=without_crds(args.without_crd, args.clusters), apiserver=args.apiserver)
+              without_crds=without_crds(args.without_crd, args.clusters), apiserver=args.apiserver,
+              replicas=args.replicas)
     start = asyncio.ensure_future(lab.start())
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait([start, stopped], return_when=asyncio.FIRST_COMPLETED)
@@ -251,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                             "(repeatable)")
         p.add_argument("--apiserver", choices=APISERVERS, default="emulator",
                        help="each cluster's API server: the in-process emulator (default) or a real kube-apiserver")
+        p.add_argument("--replicas", type=_replicas, default=1, metavar="N",
+                       help=f"peering processes per cluster, 1 to {MAX_REPLICAS} (default 1; the chart runs 2)")
         p.add_argument("--timeout", type=float, default=UP_TIMEOUT, help="seconds to wait for readiness")
     p = sub.add_parser("down")
     p.add_argument("--dir", required=True)

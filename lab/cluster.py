@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import os
@@ -84,6 +85,27 @@ READY_TIMEOUT = 90.0
 APISERVERS = ("emulator", "real")
 
 PeeringCommand = Callable[["LabCluster"], "list[str] | None"]
+# The chart runs 2; a lab cluster may run a few more to test spreading, not a fleet.
+MAX_REPLICAS = 8
+
+
+@dataclasses.dataclass
+class Replica:
+    """One peering process of a cluster: a replica of the module's Deployment."""
+
+    index: int
+    identity: str
+    """Its Lease holder identity (its Pod's name)."""
+    ports_file: pathlib.Path
+    log: pathlib.Path
+    process: asyncio.subprocess.Process | None = None
+    ports: dict[str, int] = dataclasses.field(default_factory=dict)
+    state: str = "not started"
+    watcher: asyncio.Task | None = None
+
+    def info(self) -> dict:
+        return {"index": self.index, "identity": self.identity, "state": self.state,
+                "pid": self.process.pid if self.process else None, "ports": self.ports, "log": str(self.log)}
 
 
 def peering_executable() -> list[str] | None:
@@ -206,7 +228,7 @@ class LabCluster:
 
     def __init__(self, name: str, dir: os.PathLike | str, *, peering_command: PeeringCommand | None = default_peering_command,
                  ready_timeout: float = READY_TIMEOUT, without_crds=(), apiserver: str = "emulator",
-                 api_front: bool = False) -> None:
+                 api_front: bool = False, replicas: int = 1) -> None:
         check_cluster_name(name)
         self.apiserver = check_apiserver(apiserver)
         # On the real backend: the peering process reaches kube-apiserver through lab/apifront.py, so that a test
@@ -233,9 +255,17 @@ class LabCluster:
         self.ingress: Ingress | None = None
         self.entrance_lb: TcpPassthrough | None = None
         self.egress_svc: TcpPassthrough | None = None
-        self.process: asyncio.subprocess.Process | None = None
-        self.ports: dict[str, int] = {}
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or not 1 <= replicas <= MAX_REPLICAS:
+            raise ValueError(f"replicas {replicas!r}: give a whole number of peering processes from 1 to "
+                             f"{MAX_REPLICAS} (the chart runs 2)")
+        # One process per replica of the Deployment, each with its own identity, ports and log; the first keeps
+        # the names of a single replica (`lab-<c>`, ports.json, peering.log).
+        self.replicas = [Replica(i, f"lab-{name}" if replicas == 1 else f"lab-{name}-{i}",
+                                 self.path("ports.json" if i == 0 else f"ports-{i}.json"),
+                                 self.path("peering.log" if i == 0 else f"peering-{i}.log"))
+                         for i in range(replicas)]
         self.peering_state = "not started"
+        self._peering_base: list[str] | None = None
         # What this cluster's clients must resolve and trust: its own names until `Lab` adds the others'.
         self.resolve: dict[str, str] = {}
         self.trusted_ca_pems: list[bytes] = []
@@ -390,58 +420,105 @@ class LabCluster:
         await self.start_peering()
 
     async def start_peering(self) -> None:
+        """Start every replica of the peering process (`replicas`), concurrently; each joins the balancers once its
+        `/readyz` answers."""
         if self.peering_command is None:
             self.peering_state = "disabled"
             return
-        cmd = self.peering_command(self)
-        if cmd is None:
+        base = self.peering_command(self)
+        if base is None:
             self.peering_state = "absent: control/cli.py with `peering run` does not exist yet"
             log.info("cluster %s: no peering process (%s)", self.name, self.peering_state)
             return
-        ports_file = self.path("ports.json")
-        ports_file.unlink(missing_ok=True)
+        # Asked once per start (a test's command may set things up as it is asked); every replica runs it.
+        self._peering_base = base
+        self.peering_state = "starting"
+        await _all(self.start_replica(r.index) for r in self.replicas)
+        self.peering_state = "running"
+        self._write_files()
+
+    def replica_command(self, index: int) -> list[str] | None:
+        """The command of replica `index`: the peering command of the last `start_peering`, with, when there are
+        several replicas, the replica's own ports file and Lease identity (later flags win in `peering run`)."""
+        cmd = self._peering_base
+        if cmd is None or len(self.replicas) == 1:
+            return cmd
+        replica = self.replicas[index]
+        return cmd + ["--ports-file", str(replica.ports_file), "--identity", replica.identity]
+
+    async def start_replica(self, index: int) -> None:
+        """Start (or start again) replica `index`; returns once it is ready and behind the balancers."""
+        replica = self.replicas[index]
+        if replica.process is not None and replica.process.returncode is None:
+            raise RuntimeError(f"cluster {self.name}: replica {index} ({replica.identity}) already runs; stop it first")
+        cmd = self.replica_command(index)
+        if cmd is None:
+            raise RuntimeError(f"cluster {self.name}: replica {index} cannot start before the peering process was "
+                               "started once (start_peering), or without a peering command")
+        replica.ports_file.unlink(missing_ok=True)
         env = {**os.environ, "SSL_CERT_FILE": str(self.path("ca-bundle.crt")), "PYTHONUNBUFFERED": "1"}
-        logf = open(self.path("peering.log"), "ab")
+        logf = open(replica.log, "ab")
         try:
-            self.process = await asyncio.create_subprocess_exec(
+            proc = await asyncio.create_subprocess_exec(
                 *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=logf, stderr=logf, env=env, cwd=str(ROOT),
             )
         finally:
             logf.close()
-        self.peering_state = "starting"
+        replica.process = proc
+        replica.state = "starting"
         try:
-            self.ports = await self._wait_ready(ports_file, self.process)
+            replica.ports = await self._wait_ready(replica, proc)
         except BaseException:
             # The start may be failing because it is being cancelled: the process must still be reaped, so the stop
             # runs as its own task that a second cancellation cannot cut short before the child is waited for.
-            stopping = asyncio.ensure_future(self.stop_peering())
+            stopping = asyncio.ensure_future(self.stop_replica(index))
             try:
                 await asyncio.shield(stopping)
             except asyncio.CancelledError:
                 await stopping
                 raise
             raise
-        self.ingress.set_backend(self.ports["join"])
-        self.entrance_lb.set_target(self.ports["entrance"])
-        self.egress_svc.set_target(self.ports["egress"])
-        self.peering_state = "running"
-        self._write_files()
+        replica.state = "running"
+        # Like the endpoints controller: a replica that exits leaves the Service's endpoints.
+        replica.watcher = asyncio.ensure_future(self._watch_exit(replica, proc))
+        self._publish_endpoints()
 
-    async def _wait_ready(self, ports_file: pathlib.Path, proc: asyncio.subprocess.Process) -> dict[str, int]:
-        # `proc`, not `self.process`: a concurrent stop clears the attribute while this poll is still running.
+    async def _watch_exit(self, replica: "Replica", proc: asyncio.subprocess.Process) -> None:
+        await proc.wait()
+        if replica.process is proc:
+            replica.state = f"exited ({proc.returncode})"
+            log.info("cluster %s: replica %d (%s) exited with %s", self.name, replica.index, replica.identity,
+                     proc.returncode)
+        self._publish_endpoints()
+
+    def _publish_endpoints(self) -> None:
+        """The balancers send to the replicas that are running (ready, not exited, not being stopped)."""
+        live = [r for r in self.replicas if r.state == "running" and r.process is not None
+                and r.process.returncode is None]
+        if self.ingress is not None:
+            self.ingress.set_backends([r.ports["join"] for r in live])
+        if self.entrance_lb is not None:
+            self.entrance_lb.set_targets([r.ports["entrance"] for r in live])
+        if self.egress_svc is not None:
+            self.egress_svc.set_targets([r.ports["egress"] for r in live])
+
+    async def _wait_ready(self, replica: "Replica", proc: asyncio.subprocess.Process) -> dict[str, int]:
+        # `proc`, not `replica.process`: a concurrent stop clears the attribute while this poll is still running.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ready_timeout
         ports: dict[str, int] | None = None
+        what = f"cluster {self.name}: the peering process" + (f" (replica {replica.index}, {replica.identity})"
+                                                               if len(self.replicas) > 1 else "")
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
             while True:
                 if proc.returncode is not None:
-                    raise RuntimeError(f"cluster {self.name}: the peering process exited with {proc.returncode}; "
-                                       f"see {self.path('peering.log')}:\n{self._log_tail()}")
+                    raise RuntimeError(f"{what} exited with {proc.returncode}; "
+                                       f"see {replica.log}:\n{self._log_tail(replica.log)}")
                 if loop.time() > deadline:
-                    raise TimeoutError(f"cluster {self.name}: the peering process was not ready within "
-                                       f"{self.ready_timeout:.0f}s; see {self.path('peering.log')}:\n{self._log_tail()}")
-                if ports is None and ports_file.exists():
-                    ports = {k: int(v) for k, v in json.loads(ports_file.read_text()).items()}
+                    raise TimeoutError(f"{what} was not ready within "
+                                       f"{self.ready_timeout:.0f}s; see {replica.log}:\n{self._log_tail(replica.log)}")
+                if ports is None and replica.ports_file.exists():
+                    ports = {k: int(v) for k, v in json.loads(replica.ports_file.read_text()).items()}
                 if ports is not None:
                     try:
                         async with http.get(f"http://127.0.0.1:{ports['ops']}/readyz") as r:
@@ -452,28 +529,66 @@ class LabCluster:
                 # Bounded poll: the process signals nothing else we could wait on.
                 await asyncio.sleep(0.1)
 
-    def _log_tail(self, lines: int = 20) -> str:
+    def _log_tail(self, path: pathlib.Path | None = None, lines: int = 20) -> str:
         try:
-            return "\n".join(self.path("peering.log").read_text(errors="replace").splitlines()[-lines:])
+            return "\n".join((path or self.path("peering.log")).read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
 
-    async def stop_peering(self) -> None:
-        proc, self.process = self.process, None
+    async def stop_replica(self, index: int, sig: int = signal.SIGTERM, timeout: float = 20) -> int | None:
+        """Stop replica `index` with `sig` (SIGTERM: a clean stop, which releases the Lease; SIGKILL: a crash) and
+        wait for it to exit; its exit code, or None when it was not running.
+
+        With SIGTERM it leaves the balancers first, as a terminating Pod leaves its Service's endpoints; a killed
+        one stays in them until its exit is seen, and meanwhile the balancers skip it because it refuses
+        connections. A process that ignores SIGTERM for `timeout` seconds is killed."""
+        replica = self.replicas[index]
+        proc, replica.process = replica.process, None
+        watcher, replica.watcher = replica.watcher, None
         if proc is None:
-            return
+            return None
+        if sig != signal.SIGKILL:
+            replica.state = "stopping"
+            self._publish_endpoints()
         if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(sig)
             try:
-                await asyncio.wait_for(proc.wait(), 20)
+                await asyncio.wait_for(proc.wait(), timeout)
             except asyncio.TimeoutError:
-                log.warning("cluster %s: the peering process ignored SIGTERM for 20s; killing it", self.name)
+                log.warning("cluster %s: the peering process %s ignored signal %s for %ss; killing it", self.name,
+                            replica.identity, sig, timeout)
                 proc.kill()
                 await proc.wait()
-        self.peering_state = f"stopped (exit {proc.returncode})"
-        for lb in (self.ingress, self.entrance_lb, self.egress_svc):
-            if lb is not None:
-                (lb.set_backend if isinstance(lb, Ingress) else lb.set_target)(None)
+        replica.state = f"stopped (exit {proc.returncode})"
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        self._publish_endpoints()
+        return proc.returncode
+
+    async def stop_peering(self) -> None:
+        """Stop every replica (SIGTERM, concurrently)."""
+        if all(r.process is None for r in self.replicas):
+            return
+        await asyncio.gather(*(self.stop_replica(r.index) for r in self.replicas))
+        codes = [r.state.removeprefix("stopped (exit ").rstrip(")") for r in self.replicas]
+        self.peering_state = f"stopped (exit {', '.join(codes)})"
+
+    def leader(self) -> "Replica | None":
+        """The replica that holds the Lease `d8-peering/peering` now (by its holder identity), or None."""
+        lease = self.api.get("coordination.k8s.io", "leases", "peering", NAMESPACE)
+        holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
+        return next((r for r in self.replicas if r.identity == holder), None)
+
+    @property
+    def process(self) -> asyncio.subprocess.Process | None:
+        """The first replica's process (the only one unless `replicas` > 1)."""
+        return self.replicas[0].process
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """The first replica's ports."""
+        return self.replicas[0].ports
 
     async def stop(self) -> None:
         """Stop everything this cluster started, the peering process first, whatever state it is in."""
@@ -596,6 +711,7 @@ class LabCluster:
                 "state": self.peering_state,
                 "pid": self.process.pid if self.process else None,
                 "ports": self.ports,
+                "replicas": [r.info() for r in self.replicas],
             },
         }
 
@@ -620,12 +736,14 @@ class Lab:
 
     def __init__(self, dir: os.PathLike | str, names: list[str], *, peering_command: PeeringCommand | None = default_peering_command,
                  ready_timeout: float = READY_TIMEOUT, without_crds=(), apiserver: str = "emulator",
-                 api_front: bool = False) -> None:
+                 api_front: bool = False, replicas: int = 1) -> None:
         """without_crds: CRD names every cluster starts without, or a mapping of cluster name to such names.
         apiserver: "emulator" (in this process) or "real" (etcd, kube-apiserver, kube-controller-manager).
-        api_front: on the real backend, the peering processes reach kube-apiserver through lab/apifront.py."""
+        api_front: on the real backend, the peering processes reach kube-apiserver through lab/apifront.py.
+        replicas: peering processes per cluster, behind its ingress and passthroughs (the chart runs 2)."""
         check_apiserver(apiserver)
         self.apiserver = apiserver
+        self.replicas = replicas
         if len(set(names)) != len(names) or not names:
             raise ValueError(f"cluster names {names!r}: give one or more distinct names")
         if isinstance(without_crds, Mapping):
@@ -637,7 +755,8 @@ class Lab:
             per_cluster = {n: list(without_crds) for n in names}
         self.dir = pathlib.Path(dir)
         self.clusters = {n: LabCluster(n, self.dir, peering_command=peering_command, ready_timeout=ready_timeout,
-                                       without_crds=per_cluster[n], apiserver=apiserver, api_front=api_front)
+                                       without_crds=per_cluster[n], apiserver=apiserver, api_front=api_front,
+                                       replicas=replicas)
                          for n in names}
 
     def __getitem__(self, name: str) -> LabCluster:
@@ -663,7 +782,8 @@ class Lab:
         await asyncio.gather(*(c.stop() for c in self.clusters.values()), return_exceptions=True)
 
     def info(self) -> dict:
-        return {"ready": True, "dir": str(self.dir), "apiserver": self.apiserver, "clusters": {n: c.info() for n, c in self.clusters.items()}}
+        return {"ready": True, "dir": str(self.dir), "apiserver": self.apiserver, "replicas": self.replicas,
+                "clusters": {n: c.info() for n, c in self.clusters.items()}}
 
     def write_info(self) -> None:
         _write(self.dir / "lab.json", json.dumps(self.info(), indent=2), 0o600)

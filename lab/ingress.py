@@ -4,20 +4,28 @@
 listener, as the cluster's ingress-nginx does: streaming both ways, hop-by-hop headers dropped, and the client's
 address put in `X-Forwarded-For` (replacing whatever the client sent, as ingress-nginx does when it does not
 trust forwarded headers). It listens from the start so that its address can go into every resolver map before the
-peering process exists; until `set_backend()` it answers 503, as ingress-nginx does for a Service without
+peering process exists; until `set_backends()` it answers 503, as ingress-nginx does for a Service without
 endpoints.
 
 `TcpPassthrough` stands for the LoadBalancer Service (or ingress-nginx SSL passthrough) in front of the entrance,
 and for the `peering-gateway.d8-peering.svc` Service in front of the egress: it splices TCP bytes and never
 touches TLS, so the peering process's own certificates and client-certificate checks are what a client sees.
+
+Both spread connections across several backends (the replicas of the Deployment behind one Service): round robin,
+a new upstream connection per client connection (the ingress: per request). A backend that refuses the connection
+is skipped and the next one tried, as ingress-nginx's `proxy_next_upstream error` and kube-proxy's skipping of an
+endpoint that is gone do; a request already sent to a backend that then fails is not sent again (502, or the
+client's connection closed). `served` counts the connections each backend port was given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import secrets
 import ssl
+from typing import Iterable
 
 import aiohttp
 from aiohttp import web
@@ -70,19 +78,52 @@ def response_headers(upstream: "aiohttp.typedefs.LooseHeaders") -> dict[str, str
     return {k: v for k, v in items if k.lower() not in _HOP_BY_HOP}
 
 
+class Backends:
+    """The ports behind one Service, taken in turn: `order()` gives every live port once, starting with the next
+    one of the round robin, so that a caller tries the others when one refuses."""
+
+    def __init__(self, ports: Iterable[int] = ()) -> None:
+        self._turn = itertools.count()
+        self.served: dict[int, int] = {}
+        self.set(ports)
+
+    def set(self, ports: Iterable[int | None]) -> None:
+        self.ports = [p for p in ports if p is not None]
+
+    def order(self) -> list[int]:
+        ports = self.ports
+        if not ports:
+            return []
+        start = next(self._turn) % len(ports)
+        return ports[start:] + ports[:start]
+
+    def given(self, port: int) -> None:
+        self.served[port] = self.served.get(port, 0) + 1
+
+
 class Ingress:
     """TLS-terminating reverse proxy on 127.0.0.1 for one host name, to `http://127.0.0.1:<backend port>`."""
 
     def __init__(self, host: str, ssl_context: ssl.SSLContext, backend_port: int | None = None) -> None:
         self.host = host
         self._ssl = ssl_context
-        self.backend_port = backend_port
+        self.backends = Backends([backend_port] if backend_port is not None else [])
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
 
+    @property
+    def backend_port(self) -> int | None:
+        """The first backend (of one, before replicas)."""
+        return self.backends.ports[0] if self.backends.ports else None
+
     def set_backend(self, port: int | None) -> None:
-        self.backend_port = port
+        """One backend, or none (503)."""
+        self.set_backends([] if port is None else [port])
+
+    def set_backends(self, ports: Iterable[int]) -> None:
+        """The join listeners of every live replica; none: 503."""
+        self.backends.set(ports)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         # No pooling: each proxied request gets its own upstream connection, so a client going away
@@ -108,7 +149,8 @@ class Ingress:
             self._session = None
 
     async def _proxy(self, request: web.Request) -> web.StreamResponse:
-        if self.backend_port is None:
+        order = self.backends.order()
+        if not order:
             return web.Response(status=503, text="503 Service Temporarily Unavailable: the backend has no endpoints yet\n")
         if request.headers.get("Upgrade"):
             return web.Response(status=400, text="connection upgrades are not served on this host\n")
@@ -118,24 +160,31 @@ class Ingress:
         peer = request.transport.get_extra_info("peername") if request.transport else None
         client_ip = peer[0] if peer else "127.0.0.1"
         headers = forward_headers(request.headers, client_ip, self.host, self.port)
-        url = f"http://127.0.0.1:{self.backend_port}{request.rel_url}"
         body = request.content if request.body_exists else None
-        try:
-            async with self._session.request(
-                request.method, url, headers=headers, data=body, allow_redirects=False,
-            ) as upstream:
-                response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                              headers=response_headers(upstream.headers))
-                if upstream.content_length is not None:
-                    response.content_length = upstream.content_length
-                await response.prepare(request)
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-                await response.write_eof()
-                return response
-        except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as e:
-            log.info("ingress %s: backend 127.0.0.1:%s failed: %s", self.host, self.backend_port, e)
-            return web.Response(status=502, text="502 Bad Gateway\n")
+        for port in order:
+            url = f"http://127.0.0.1:{port}{request.rel_url}"
+            try:
+                async with self._session.request(
+                    request.method, url, headers=headers, data=body, allow_redirects=False,
+                ) as upstream:
+                    self.backends.given(port)
+                    response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                                  headers=response_headers(upstream.headers))
+                    if upstream.content_length is not None:
+                        response.content_length = upstream.content_length
+                    await response.prepare(request)
+                    async for chunk in upstream.content.iter_any():
+                        await response.write(chunk)
+                    await response.write_eof()
+                    return response
+            except aiohttp.ClientConnectorError as e:
+                # Not connected, so nothing of the request was sent: the next backend gets it (proxy_next_upstream).
+                log.info("ingress %s: backend 127.0.0.1:%s refused: %s; trying the next", self.host, port, e)
+                continue
+            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as e:
+                log.info("ingress %s: backend 127.0.0.1:%s failed: %s", self.host, port, e)
+                return web.Response(status=502, text="502 Bad Gateway\n")
+        return web.Response(status=502, text="502 Bad Gateway: no backend accepted the connection\n")
 
 
 class TcpPassthrough:
@@ -143,13 +192,23 @@ class TcpPassthrough:
 
     def __init__(self, name: str, target_port: int | None = None) -> None:
         self.name = name
-        self.target_port = target_port
+        self.backends = Backends([target_port] if target_port is not None else [])
         self.port = 0
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task] = set()
 
+    @property
+    def target_port(self) -> int | None:
+        """The first target (of one, before replicas)."""
+        return self.backends.ports[0] if self.backends.ports else None
+
     def set_target(self, port: int | None) -> None:
-        self.target_port = port
+        """One target, or none (connections closed at once)."""
+        self.set_targets([] if port is None else [port])
+
+    def set_targets(self, ports: Iterable[int]) -> None:
+        """The listeners of every live replica, taken in turn; none: connections closed at once."""
+        self.backends.set(ports)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._server = await asyncio.start_server(self._accept, host, port)
@@ -174,16 +233,20 @@ class TcpPassthrough:
             self._conns.discard(task)
 
     async def _splice(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.target_port is None:
-            # No endpoints: a LoadBalancer refuses the connection.
+        up = None
+        for port in self.backends.order():
+            try:
+                up = await asyncio.open_connection("127.0.0.1", port)
+            except OSError as e:
+                log.info("passthrough %s: target 127.0.0.1:%s refused: %s; trying the next", self.name, port, e)
+                continue
+            self.backends.given(port)
+            break
+        if up is None:
+            # No endpoints, or none accepts: the connection is closed, as a LoadBalancer without endpoints does.
             writer.close()
             return
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError as e:
-            log.info("passthrough %s: target 127.0.0.1:%s refused: %s", self.name, self.target_port, e)
-            writer.close()
-            return
+        up_reader, up_writer = up
 
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:

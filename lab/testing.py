@@ -44,16 +44,18 @@ KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
 async def lab_clusters(dir: pathlib.Path, names: list[str], *,
                        peering_command: PeeringCommand | None = default_peering_command,
                        ready_timeout: float = READY_TIMEOUT, without_crds=(),
-                       apiserver: str = "emulator", api_front: bool = False) -> AsyncIterator[Lab]:
+                       apiserver: str = "emulator", api_front: bool = False,
+                       replicas: int = 1) -> AsyncIterator[Lab]:
     """Started clusters in this event loop; all stopped on exit, also when the body fails.
 
+    replicas: peering processes per cluster (`cluster.replicas`), behind its ingress and passthroughs.
     without_crds: CRD names every cluster starts without, or {cluster: names} (see `Lab`).
     apiserver: "emulator" or "real" (see `apiserver_backends`); api_front: on the real backend, the peering
     processes reach kube-apiserver through lab/apifront.py, so that `api.sa_issuer.jwks` can be replaced."""
     if apiserver == "real":
         real_binaries_or_skip()
     lab = Lab(dir, names, peering_command=peering_command, ready_timeout=ready_timeout, without_crds=without_crds,
-              apiserver=apiserver, api_front=api_front)
+              apiserver=apiserver, api_front=api_front, replicas=replicas)
     await lab.start()
     try:
         yield lab
@@ -87,12 +89,13 @@ class LabProcesses:
 
 
 def lab_up(dir: pathlib.Path, names: list[str], *, peering: bool = True, timeout: float = 180,
-           without_crds: list[str] = (), apiserver: str = "emulator") -> LabProcesses:
-    """`python -m lab up`; without_crds are --without-crd values (NAME, or CLUSTER:NAME)."""
+           without_crds: list[str] = (), apiserver: str = "emulator", replicas: int = 1) -> LabProcesses:
+    """`python -m lab up`; without_crds are --without-crd values (NAME, or CLUSTER:NAME); replicas: peering
+    processes per cluster (--replicas)."""
     if apiserver == "real":
         real_binaries_or_skip()
     cmd = [sys.executable, "-m", "lab", "up", "--clusters", ",".join(names), "--dir", str(dir),
-           "--timeout", str(timeout), "--apiserver", apiserver]
+           "--timeout", str(timeout), "--apiserver", apiserver, "--replicas", str(replicas)]
     if not peering:
         cmd.append("--no-peering")
     cmd += [f"--without-crd={n}" for n in without_crds]
@@ -109,9 +112,10 @@ def lab_down(dir: pathlib.Path, timeout: float = 60) -> subprocess.CompletedProc
 
 @contextlib.contextmanager
 def lab_processes(dir: pathlib.Path, names: list[str], *, peering: bool = True,
-                  without_crds: list[str] = (), apiserver: str = "emulator") -> Iterator[LabProcesses]:
+                  without_crds: list[str] = (), apiserver: str = "emulator",
+                  replicas: int = 1) -> Iterator[LabProcesses]:
     """`python -m lab up` on entry, `python -m lab down` on exit."""
-    lab = lab_up(dir, names, peering=peering, without_crds=without_crds, apiserver=apiserver)
+    lab = lab_up(dir, names, peering=peering, without_crds=without_crds, apiserver=apiserver, replicas=replicas)
     try:
         yield lab
     finally:
