@@ -1,7 +1,7 @@
 """The administrator's guide (spec 001), end to end on two lab clusters, through kubectl only.
 
 One test, the guide's steps in its order, each step checking what the guide promises; they are the steps
-`make demo` shows (lab/demo.py), so the demo and this test prove one code path. A step that does not end as the
+`make demo` shows (lab/demo/story.py), so the demo and this test prove one code path. A step that does not end as the
 guide says fails with the kubectl command, what was expected and what came back; the output of the steps so far
 is the test's captured output.
 """
