@@ -1,11 +1,12 @@
 """PeeringCapability validation (its Accepted condition) and scope.
 
 A capability is a set of RBAC rules that the consumers of a peer get here. It is refused when the rules could
-reach beyond themselves: wildcards, verbs that grant or assume other identities, the objects that define who may
-do what (RBAC, webhooks, CRDs, API services, identities of user-authn), credentials (Secrets, ServiceAccount
-tokens, CSR approval, TokenReviews), shells into workloads (exec, attach, port-forward, proxies, ephemeral
-containers), the module's own resources, and writes to Namespaces (a label moves a namespace into a project, and
-so into the peering).
+reach beyond themselves: wildcards, and whatever the capability policy refuses (control/rules/capability_policy.py,
+shown as a table in docs/capability-policy.md): verbs that grant or assume other identities, the objects that
+define who may do what (RBAC, webhooks, CRDs, API services, identities of user-authn), credentials (Secrets,
+ServiceAccount tokens, CSR approval, TokenReviews), shells into workloads, the module's own resources, Deckhouse's
+cluster management, writes that take over traffic, scheduling, storage or the API server's fairness, and every
+nonResourceURL but `get` on a short list that every authenticated identity may read anyway.
 
 Workloads (pods, deployments and the like) are allowed: refusing them would refuse most useful capabilities. A
 capability that creates pods can run them as any ServiceAccount of the namespaces it applies to; opening such a
@@ -26,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from control.rules import capability_policy as policy
+
 #: (apiGroup, resource) -> True namespaced, False cluster-scoped, None unknown.
 Namespaced = Callable[[str, str], "bool | None"]
 
@@ -33,48 +36,9 @@ KNOWN_VERBS = frozenset(
     {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 )
 NON_RESOURCE_VERBS = frozenset({"get", "head", "options", "post", "put", "patch", "delete"})
-ESCALATING_VERBS = frozenset({"escalate", "bind", "impersonate", "approve", "sign", "attest", "use"})
-#: Whole API groups whose objects decide identity or authorisation, extend the API, or are the module's own.
-REFUSED_GROUPS = {
-    "rbac.authorization.k8s.io": "RBAC objects grant permissions",
-    "authentication.k8s.io": "token reviews validate other identities' tokens",
-    "authorization.k8s.io": "access reviews disclose other identities' permissions",
-    "certificates.k8s.io": "certificate signing requests can mint client certificates for any user",
-    "admissionregistration.k8s.io": "admission webhooks and policies see and change every request",
-    "apiextensions.k8s.io": "CRDs change the API and its conversion webhooks",
-    "apiregistration.k8s.io": "API services route API groups to arbitrary backends",
-    "peering.deckhouse.io": "the peering module's own resources control the peering itself",
-}
-#: (apiGroup, resource) refused for every verb.
-REFUSED_RESOURCES = {
-    ("", "secrets"): "Secrets hold credentials of other identities",
-    ("", "serviceaccounts/token"): "it mints tokens of ServiceAccounts",
-    ("", "nodes/proxy"): "it reaches the kubelet API, which runs commands in any pod of the node",
-    ("", "pods/exec"): "it runs commands in pods, with their ServiceAccounts and mounted Secrets",
-    ("", "pods/attach"): "it attaches to processes in pods",
-    ("", "pods/portforward"): "it reaches ports inside pods past NetworkPolicies",
-    ("", "pods/proxy"): "it proxies requests into pods",
-    ("", "services/proxy"): "it proxies requests into services",
-    ("", "pods/ephemeralcontainers"): "an ephemeral container is a shell in the pod",
-    ("deckhouse.io", "tokenexchangeproviders"): "token exchange providers decide which tokens Dex accepts",
-    ("deckhouse.io", "users"): "user-authn users are identities",
-    ("deckhouse.io", "groups"): "user-authn groups decide identities' permissions",
-    ("deckhouse.io", "dexproviders"): "Dex providers decide which identities log in",
-    ("deckhouse.io", "dexauthenticators"): "Dex authenticators decide which identities log in",
-    ("deckhouse.io", "clusterauthorizationrules"): "authorization rules grant permissions",
-    ("deckhouse.io", "authorizationrules"): "authorization rules grant permissions",
-    ("deckhouse.io", "moduleconfigs"): "module configuration can turn off the cluster's protections",
-}
-WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-#: (apiGroup, resource) refused for writing.
-REFUSED_WRITES = {
-    ("", "namespaces"): "a namespace's labels decide its project and Pod Security level",
-    ("deckhouse.io", "projects"): "projects decide which namespaces are paired",
-    ("deckhouse.io", "projecttemplates"): "project templates create RBAC in every project",
-    ("", "nodes"): "a node's labels and taints decide where workloads run, sensitive ones included",
-    ("", "nodes/status"): "a node's status decides where workloads run",
-    ("", "persistentvolumes"): "a PersistentVolume can mount any path of a node's file system",
-}
+#: Verbs that grant or assume other identities: the verb rows of the policy.
+ESCALATING_VERBS = frozenset(row.verb for row in policy.POLICY if row.verb is not None)
+WRITE_VERBS = policy.WRITE_VERBS
 
 # Reasons of the Accepted condition, most severe first: a capability with several problems reports the first.
 ACCEPTED = "Accepted"
@@ -138,27 +102,39 @@ def _rule_problems(i: int, rule) -> list[tuple[str, str]]:
     if any(not u.startswith("/") for u in urls):
         out.append((INVALID_RULE, f"{where}: nonResourceURLs must start with /"))
 
-    escalating = sorted(set(verbs) & ESCALATING_VERBS)
-    if escalating:
-        out.append(
-            (PRIVILEGE_ESCALATION, f"{where} uses the verbs {', '.join(escalating)}, which grant or assume other identities")
-        )
     allowed = NON_RESOURCE_VERBS if urls else KNOWN_VERBS
     unknown = sorted(set(verbs) - allowed - ESCALATING_VERBS)
     if unknown and not any("*" in v for v in unknown):
         out.append((INVALID_RULE, f"{where} has unknown verbs {', '.join(unknown)}; use {', '.join(sorted(allowed))}"))
+    out.extend((PRIVILEGE_ESCALATION, text) for text in _policy_problems(where, groups, resources, urls, verbs))
+    return out
 
-    for g in groups:
-        if g in REFUSED_GROUPS:
-            out.append((PRIVILEGE_ESCALATION, f"{where} names the API group {g}: {REFUSED_GROUPS[g]}"))
+
+def _policy_problems(where: str, groups: list[str], resources: list[str], urls: list[str], verbs: list[str]):
+    """The rule's refusals by the capability policy (control/rules/capability_policy.py), one per row it hits."""
+    verb_set = set(verbs)
+    for row in policy.POLICY:
+        if row.verb is not None and row.verb in verb_set:
+            yield f"{where} uses the verb {row.verb}: {row.why}; instead, {row.instead}"
+    if urls:
+        # Only well-formed URLs: a wildcard or a missing / is reported as such, and unknown verbs as InvalidRule.
+        url_verbs = verb_set & (NON_RESOURCE_VERBS - ESCALATING_VERBS)
+        for url in urls:
+            if url.startswith("/") and "*" not in url and url_verbs:
+                refusal = policy.url_refusal(url, url_verbs)
+                if refusal:
+                    yield f"{where} {refusal}"
+        return
+    seen: set[policy.Row] = set()
     for g in groups:
         for r in resources:
-            key = (g, r.lower())
-            if key in REFUSED_RESOURCES:
-                out.append((PRIVILEGE_ESCALATION, f"{where} names {_gr(g, r)}: {REFUSED_RESOURCES[key]}"))
-            elif key in REFUSED_WRITES and set(verbs) & WRITE_VERBS:
-                out.append((PRIVILEGE_ESCALATION, f"{where} writes {_gr(g, r)}: {REFUSED_WRITES[key]}"))
-    return out
+            for row in policy.matching(g, r.lower(), verb_set):
+                if row in seen:
+                    continue
+                seen.add(row)
+                action = "writes" if row.verbs == policy.WRITES else "names"
+                what = f"the API group {g}" if row.resource is None else _gr(g, r)
+                yield f"{where} {action} {what}: {row.why} ({row.mechanism}); instead, {row.instead}"
 
 
 def _gr(group: str, resource: str) -> str:
