@@ -11,11 +11,13 @@ from contract import reasons
 class Refusal(Exception):
     """A refusal answered as a Kubernetes Status with this code, reason and message (gateway and control)."""
 
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(self, code: int, reason: str, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(f"{code} {reason}: {message}")
         self.code = code
         self.reason = reason
         self.message = message
+        #: Seconds after which a retry may succeed (a 429), answered as Retry-After and details.retryAfterSeconds.
+        self.retry_after = retry_after
 
 
 class InputError(Refusal, ValueError):

@@ -50,6 +50,13 @@ class Limits:
     """Pooled connections per upstream (kube-apiserver, each peer's entrance)."""
     join_failures_per_minute: int = 10
     """Refused join attempts one client address may make per minute before it gets 429."""
+    exchanges_per_peer_per_second: float = 20.0
+    """Token exchanges at Dex one peer's consumers may cause per second, over the whole process (its workers
+    share one exchange cache); beyond it and the burst a new token gets 429 TokenExchangeRateLimited with a
+    Retry-After. A cached token costs nothing: the bound is on distinct new tokens. 0 turns the bound off."""
+    exchange_burst_per_peer: float = 200.0
+    """Exchanges one peer may cause at once before `exchanges_per_peer_per_second` applies (a peer's consumers
+    all starting together, each with a fresh token)."""
 
 
 @dataclass

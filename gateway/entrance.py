@@ -266,7 +266,7 @@ class EntranceProtocol(asyncio.Protocol):
         close = closes_connection(refusal)
         if self.transport is not None:
             self.transport.write(status_answer(refusal.code, refusal.reason, refusal.message,
-                                               close=close or self.close_after))
+                                               close=close or self.close_after, retry_after=refusal.retry_after))
         if close:
             self.close_after = True
         self._end(refusal.code)

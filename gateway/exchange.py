@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
 import time
 from urllib.parse import quote
 from typing import Awaitable, Callable
 
 import aiohttp
+from cachetools import LRUCache, TLRUCache
 
 from contract import reasons
 from contract.errors import Refusal
@@ -88,33 +90,85 @@ def basic_auth(client_id: str, secret: str) -> str:
     return "Basic " + base64.b64encode(pair).decode()
 
 
+class PeerRate:
+    """A token bucket per Dex connector (one per peer): `rate` exchanges a second, bursts of `burst`; a call
+    beyond it is refused with 429 TokenExchangeRateLimited and a Retry-After. Only calls that reach Dex take a
+    token: a cached or shared exchange costs none. The table is an LRU of `max_peers` buckets, so a flood of
+    connectors evicts one bucket at a time (a bucket evicted starts full again: more than peers means something
+    else is wrong). `rate` <= 0 turns the bound off."""
+
+    def __init__(self, rate: float, burst: float, *, max_peers: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if rate > 0 and burst < 1:
+            raise ValueError(f"a burst of {burst} exchanges lets no exchange through; give at least 1")
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._buckets: LRUCache = LRUCache(max_peers)  # connector -> [tokens, when]
+
+    def take(self, connector_id: str) -> float:
+        """0 when an exchange through `connector_id` may go to Dex now (a token is taken), else the seconds until
+        the next one may."""
+        if self.rate <= 0:
+            return 0.0
+        now = self._clock()
+        bucket = self._buckets.get(connector_id)
+        if bucket is None:
+            bucket = self._buckets[connector_id] = [self.burst, now]
+        tokens = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
+        bucket[1] = now
+        if tokens >= 1:
+            bucket[0] = tokens - 1
+            return 0.0
+        bucket[0] = tokens
+        return (1 - tokens) / self.rate
+
+    def refusal(self, connector_id: str, wait: float) -> Refusal:
+        seconds = max(1, math.ceil(wait))
+        return Refusal(429, reasons.TOKEN_EXCHANGE_RATE_LIMITED,
+                       f"this peer's consumers present more new tokens than this gateway exchanges at Dex for one "
+                       f"peer ({self.rate:g} a second, bursts of {self.burst:g}); retry after {seconds} s, and "
+                       "reuse a token until the kubelet refreshes it instead of requesting a new one per request",
+                       retry_after=seconds)
+
+
 class ExchangeCache:
     """Exchanged tokens by (connector, sha256 of the subject token); concurrent misses share one Dex call.
 
     `call` does the HTTP exchange and returns (token, expires_in seconds). Failures are not cached: the next
-    request tries again, so Dex coming back needs no restart.
+    request tries again, so Dex coming back needs no restart. The cache is a cachetools TLRUCache: an entry is
+    gone at its own end (`expires_in` less `margin`, never past the subject token's expiry), and a full cache
+    drops the expired entries, then the least recently used one, never everyone at once. `rate` bounds the calls
+    that reach Dex per connector (PeerRate).
     """
 
     def __init__(self, call: Callable[[str, str], Awaitable[tuple[str, float]]], *, margin: float,
-                 max_entries: int = 100_000, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_entries: int = 100_000, clock: Callable[[], float] = time.monotonic,
+                 rate: PeerRate | None = None) -> None:
         self._call = call
         self._margin = margin
-        self._max = max_entries
         self._clock = clock
-        self._done: dict[tuple[str, bytes], tuple[str, float]] = {}
+        self._rate = rate
+        self._done: TLRUCache = TLRUCache(max_entries, ttu=_until, timer=clock)
         self._pending: dict[tuple[str, bytes], asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
         self.calls = 0
         self.hits = 0
 
+    def __len__(self) -> int:
+        return len(self._done)
+
     def cached(self, connector_id: str, token_hash: bytes) -> str | None:
         entry = self._done.get((connector_id, token_hash))
         if entry is not None:
-            if entry[1] > self._clock():
-                self.hits += 1
-                return entry[0]
-            del self._done[(connector_id, token_hash)]
+            self.hits += 1
+            return entry[0]
         return None
+
+    def lifetime(self, connector_id: str, token_hash: bytes) -> float:
+        """Seconds the cached exchange of this token stays usable (0 when none is cached)."""
+        entry = self._done.get((connector_id, token_hash))
+        return max(0.0, entry[1] - self._clock()) if entry is not None else 0.0
 
     async def get(self, connector_id: str, token_hash: bytes, token: str, *, not_after: float) -> str:
         """The exchanged token; `not_after` (monotonic) caps the cache at the subject token's own expiry."""
@@ -124,6 +178,10 @@ class ExchangeCache:
         key = (connector_id, token_hash)
         fut = self._pending.get(key)
         if fut is None:
+            if self._rate is not None:
+                wait = self._rate.take(connector_id)
+                if wait:
+                    raise self._rate.refusal(connector_id, wait)
             fut = asyncio.get_running_loop().create_future()
             self._pending[key] = fut
             # The Dex call runs in its own task so that one waiter going away does not cancel it for the others.
@@ -140,8 +198,6 @@ class ExchangeCache:
             exchanged, expires_in = await self._call(key[0], token)
             until = min(self._clock() + expires_in - self._margin, not_after)
             if until > self._clock():
-                if len(self._done) >= self._max:
-                    self._evict()
                 self._done[key] = (exchanged, until)
             fut.set_result(exchanged)
         except BaseException as exc:  # handed to every waiter, then re-raised only if it is a cancellation
@@ -154,13 +210,6 @@ class ExchangeCache:
         finally:
             self._pending.pop(key, None)
 
-    def _evict(self) -> None:
-        now = self._clock()
-        for k in [k for k, (_, until) in self._done.items() if until <= now]:
-            del self._done[k]
-        while len(self._done) >= self._max:
-            self._done.pop(next(iter(self._done)))
-
     def _finished(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         if not task.cancelled():
@@ -171,6 +220,10 @@ class ExchangeCache:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _until(key: object, value: tuple[str, float], now: float) -> float:
+    return value[1]
 
 
 class DexClient:

@@ -17,8 +17,11 @@ log = logging.getLogger("gateway")
 JSON = "application/json"
 
 
-def status_response(code: int, cause: str, message: str, *, close: bool = False) -> web.Response:
-    resp = web.Response(status=code, body=status_body(code, cause, message), content_type=JSON)
+def status_response(code: int, cause: str, message: str, *, close: bool = False,
+                    retry_after: int | None = None) -> web.Response:
+    resp = web.Response(status=code, body=status_body(code, cause, message, retry_after), content_type=JSON)
+    if retry_after is not None:
+        resp.headers["Retry-After"] = str(retry_after)
     if close:
         resp.force_close()
     return resp

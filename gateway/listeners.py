@@ -59,7 +59,8 @@ class Entrance:
             return resp
         except Refusal as refusal:
             code = refusal.code
-            return status_response(refusal.code, refusal.reason, refusal.message, close=closes_connection(refusal))
+            return status_response(refusal.code, refusal.reason, refusal.message, close=closes_connection(refusal),
+                                   retry_after=refusal.retry_after)
         finally:
             in_flight.dec()
             state.accounting.finish("entrance", client.peer, client.capabilities, request.method, request.path, code,

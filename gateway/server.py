@@ -54,7 +54,9 @@ class Gateway:
         the egress)."""
         try:
             if self._pool is not None:
-                await self._pool.start(lambda: self._registry, self.exchange_outcome)
+                # The workers' token exchanges go through this process's one cache (and its Dex client).
+                await self._pool.start(lambda: self._registry, self.exchange_outcome,
+                                       exchange=lambda: self._plane.state and self._plane.state.exchange)
                 self.entrance_port, self.egress_port = self._pool.entrance_port, self._pool.egress_port
             await self._plane.start(self._registry)
         except BaseException:

@@ -18,7 +18,7 @@ from contract.names import peer_secret_name
 from gateway.accounting import Accounting
 from gateway.config import GatewayConfig
 from gateway.connections import PeerConnections
-from gateway.exchange import DexClient, ExchangeCache
+from gateway.exchange import DexClient, ExchangeCache, PeerRate
 from gateway.metrics import Metrics
 from gateway.registry import Peer, Registry
 from gateway.relay import RelayPool
@@ -62,7 +62,8 @@ class GatewayState:
         self._on_exchange = on_exchange
         dex = DexClient(dex_session, config.token_endpoint, config.dex_client_id, config.dex_client_secret,
                         config.dex_audience, limits.exchange_timeout, self._observe_dex, self._exchange_outcome)
-        self.exchange = ExchangeCache(dex, margin=limits.exchange_refresh_margin)
+        self.exchange = ExchangeCache(dex, margin=limits.exchange_refresh_margin, rate=PeerRate(
+            limits.exchanges_per_peer_per_second, limits.exchange_burst_per_peer))
         reviewer = TokenReviewer(api_session, config.api_server, config.api_token, timeout=limits.exchange_timeout,
                                  ttl=limits.token_review_ttl, registry=lambda: self.registry,
                                  on_unavailable=lambda: self.accounting.upstream_error("egress", "token_review"))

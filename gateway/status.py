@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 
 
-def status_body(code: int, reason: str, message: str) -> bytes:
+def status_body(code: int, reason: str, message: str, retry_after: int | None = None) -> bytes:
     """The JSON of a failed Status. `reason` is the gateway's own machine-readable cause (kubectl prints it as
-    "Error from server (<reason>)"), so that the person reading it knows which rule refused the request."""
+    "Error from server (<reason>)"), so that the person reading it knows which rule refused the request;
+    `retry_after` goes into details.retryAfterSeconds, as kube-apiserver's own 429 has it."""
+    details: dict = {"causes": [{"reason": reason, "message": message}]}
+    if retry_after is not None:
+        details["retryAfterSeconds"] = retry_after
     return json.dumps({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason,
-        "details": {"causes": [{"reason": reason, "message": message}]},
-        "code": code,
+        "message": message, "reason": reason, "details": details, "code": code,
     }, separators=(",", ":")).encode()
 
 
@@ -22,8 +24,11 @@ _PHRASES = {400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden", 404: b
             503: b"Service Unavailable"}
 
 
-def status_answer(code: int, reason: str, message: str, *, close: bool = False) -> bytes:
+def status_answer(code: int, reason: str, message: str, *, close: bool = False,
+                  retry_after: int | None = None) -> bytes:
     """A whole HTTP/1.1 answer carrying a Kubernetes Status (the raw path's refusals)."""
-    body = status_body(code, reason, message)
+    body = status_body(code, reason, message, retry_after)
+    extra = (b"Connection: close\r\n" if close else b"") + (
+        b"Retry-After: %d\r\n" % retry_after if retry_after is not None else b"")
     return b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s" % (
-        code, _PHRASES.get(code, b"Error"), len(body), b"Connection: close\r\n" if close else b"", body)
+        code, _PHRASES.get(code, b"Error"), len(body), extra, body)

@@ -1,12 +1,14 @@
 """One worker process: a `DataPlane` serving the entrance and the egress on SO_REUSEPORT sockets the parent
 bound, fed by the parent (workers.WorkerPool) over a pipe with every registry, certificate set and rotating
-secret. Peer calls go to the parent's control handlers over its private Unix socket; metric scrapes and
-exchange outcomes go back over the pipe."""
+secret. Peer calls and token exchanges go to the parent over its private Unix socket (the parent holds the one
+exchange cache, so that a token is exchanged once however many workers see it; each worker keeps what the parent
+answered in a cache of its own until the parent's entry ends); metric scrapes go back over the pipe."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import socket
 from multiprocessing.connection import Connection
@@ -18,12 +20,13 @@ from contract import reasons
 from contract.errors import Refusal
 from gateway.config import GatewayConfig
 from gateway.dataplane import Certificates, DataPlane
-from gateway.exchange import ExchangeFailures
+from gateway.exchange import ExchangeCache, ExchangeFailures
 from gateway.metrics import Metrics
 from gateway.protocol import JoinCall, PeerCall
 from gateway.registry import Registry
 
 PEER_CALL_PATH = "/peer-call"
+EXCHANGE_PATH = "/exchange"
 
 
 class _Pushed:
@@ -37,21 +40,42 @@ class _Pushed:
 
 
 class ForwardingHandlers:
-    """The control loop's handlers as a worker sees them: peer calls go to the parent over its Unix socket."""
+    """The control loop's handlers as a worker sees them: peer calls go to the parent over its Unix socket; so do
+    token exchanges (`exchange`, the call of the worker's own `ExchangeCache`)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, exchange_timeout: float = 10.0) -> None:
         self._path = path
         self._session: aiohttp.ClientSession | None = None
+        # The parent's Dex call has its own timeout; this one only bounds a parent that does not answer.
+        self._exchange_timeout = aiohttp.ClientTimeout(total=exchange_timeout + 5)
 
-    async def peer_call(self, call: PeerCall) -> dict:
+    def _parent(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=self._path))
+        return self._session
+
+    async def peer_call(self, call: PeerCall) -> dict:
         payload = {"peer": call.peer.name, "op": call.op, "body": call.body}
-        async with self._session.post("http://parent" + PEER_CALL_PATH, json=payload) as resp:
+        async with self._parent().post("http://parent" + PEER_CALL_PATH, json=payload) as resp:
             answer = await resp.json()
         if "error" in answer:
             raise Refusal(*answer["error"])
         return answer["ok"]
+
+    async def exchange(self, connector_id: str, token: str) -> tuple[str, float]:
+        """The parent's exchange of a token this worker verified: (exchanged token, seconds the parent keeps it)."""
+        try:
+            async with self._parent().post("http://parent" + EXCHANGE_PATH, timeout=self._exchange_timeout,
+                                           data=json.dumps({"connector": connector_id, "token": token}),
+                                           headers={"Content-Type": "application/json"}) as resp:
+                answer = await resp.json()
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+            raise Refusal(503, reasons.TOKEN_EXCHANGE_UNAVAILABLE, "the gateway's main process did not answer the "
+                          f"token exchange ({type(exc).__name__}); it is retried on the next request") from None
+        if "error" in answer:
+            code, reason, message, *rest = answer["error"]
+            raise Refusal(code, reason, message, retry_after=rest[0] if rest else None)
+        return answer["ok"], float(answer["ttl"])
 
     async def join(self, call: JoinCall) -> dict:  # pragma: no cover - workers do not serve the join listener
         raise Refusal(404, reasons.NOT_FOUND, "join is served by the parent process")
@@ -73,7 +97,7 @@ async def serve(index: int, config: GatewayConfig, sockets: dict[str, socket.soc
                 control_path: str) -> None:
     token, secret = _Pushed(), _Pushed()
     config = dataclasses.replace(config, api_token=token, dex_client_secret=secret, workers=1)
-    handlers = ForwardingHandlers(control_path)
+    handlers = ForwardingHandlers(control_path, config.limits.exchange_timeout)
     metrics = Metrics()
     failures = ExchangeFailures()
 
@@ -105,6 +129,11 @@ async def serve(index: int, config: GatewayConfig, sockets: dict[str, socket.soc
                 done.set_result(None)
 
     await plane.start(Registry.empty(), sockets=sockets)
+    assert plane.state is not None
+    # What the parent answered, kept as long as the parent keeps it (its entry already ends before the exchanged
+    # token does, and never after the subject token's exp); misses of one token share one call to the parent.
+    own, plane.state.exchange = plane.state.exchange, ExchangeCache(handlers.exchange, margin=0)
+    await own.close()
     loop.add_reader(conn.fileno(), on_message)
     conn.send(("ready", index))
     try:

@@ -6,18 +6,25 @@ spawns the workers (each runs worker.main, a data plane of its own), and keeps t
 control loop's handlers. It pushes every registry, certificate set and rotating secret to the workers over a
 pipe; workers forward /peering/v1/ calls to the parent over a private Unix socket, and answer metric scrapes over
 the pipe. A worker that dies is started again with the current state.
+
+Token exchanges are the parent's too: a worker that finds a verified token's exchange in none of its own cache
+asks the parent over the same socket, and the parent's one `ExchangeCache` (keyed by the token's hash, one Dex
+call in flight per token, the per-peer bound) answers it, so a token is exchanged once per lifetime however many
+workers see it. The token travels only over that socket (a 0700 directory) and is never logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import logging
 import multiprocessing
 import os
 import socket
 import tempfile
+import time
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Callable
@@ -31,8 +38,10 @@ from contract import reasons
 from contract.errors import Refusal
 from gateway import worker as worker_process
 from gateway.config import GatewayConfig
+from gateway.exchange import ExchangeCache
 from gateway.protocol import ControlHandlers, PeerCall
 from gateway.registry import Registry
+from gateway.tokens import unverified_expiry
 
 log = logging.getLogger("gateway.workers")
 
@@ -98,6 +107,7 @@ class WorkerPool:
         self.handlers = handlers
         self._registry: Callable[[], Registry] = Registry.empty
         self._on_exchange: Callable[[str, tuple[str, str] | None], None] | None = None
+        self._exchange: Callable[[], ExchangeCache | None] = lambda: None
         self.count = count
         self.metrics = _WorkerMetrics()
         self.registry = CollectorRegistry(auto_describe=False)
@@ -124,10 +134,12 @@ class WorkerPool:
         return self.sockets["egress"][0].getsockname()[1]
 
     async def start(self, registry: Callable[[], Registry],
-                    on_exchange: Callable[[str, tuple[str, str] | None], None]) -> None:
+                    on_exchange: Callable[[str, tuple[str, str] | None], None],
+                    exchange: Callable[[], ExchangeCache | None] = lambda: None) -> None:
         """Bind the sockets and start the workers; `registry` gives the current registry (for peer calls),
-        `on_exchange` hears the workers' exchange outcomes."""
-        self._registry, self._on_exchange = registry, on_exchange
+        `on_exchange` hears the workers' exchange outcomes, `exchange` gives the one exchange cache the workers'
+        exchanges go through (None while it is not open yet)."""
+        self._registry, self._on_exchange, self._exchange = registry, on_exchange, exchange
         cfg = self.config
         self.sockets = {"entrance": reuseport_sockets(cfg.entrance_host, cfg.entrance_port, self.count),
                         "egress": reuseport_sockets(cfg.egress_host, cfg.egress_port, self.count)}
@@ -136,6 +148,7 @@ class WorkerPool:
         control_path = os.path.join(self._tmp.name, "control.sock")
         app = web.Application(client_max_size=cfg.limits.max_peer_call_bytes * 2 + 4096)
         app.router.add_post(worker_process.PEER_CALL_PATH, self._peer_call)
+        app.router.add_post(worker_process.EXCHANGE_PATH, self._exchange_call)
         self._control = web.AppRunner(app, access_log=None)
         await self._control.setup()
         await web.UnixSite(self._control, control_path).start()
@@ -279,6 +292,25 @@ class WorkerPool:
         except Refusal as err:
             return web.json_response({"error": [err.code, err.reason, err.message]})
         return web.Response(body=json.dumps({"ok": answer}).encode(), content_type="application/json")
+
+    async def _exchange_call(self, request: web.Request) -> web.Response:
+        """A worker's exchange of a token it verified: the parent's cache answers, or makes the one Dex call."""
+        payload = await request.json()
+        connector, token = payload.get("connector"), payload.get("token")
+        cache = self._exchange()
+        exp = unverified_expiry(token) if isinstance(token, str) else None
+        if not isinstance(connector, str) or exp is None:
+            return web.json_response({"error": [400, reasons.MALFORMED_REQUEST,
+                                                "a worker's exchange names a connector and a token with an exp"]})
+        if cache is None:
+            return web.json_response({"error": [503, reasons.TOKEN_EXCHANGE_UNAVAILABLE,
+                                                "the gateway is starting; retry"]})
+        token_hash = hashlib.sha256(token.encode()).digest()
+        try:
+            exchanged = await cache.get(connector, token_hash, token, not_after=time.monotonic() + exp - time.time())
+        except Refusal as err:
+            return web.json_response({"error": [err.code, err.reason, err.message, err.retry_after]})
+        return web.json_response({"ok": exchanged, "ttl": cache.lifetime(connector, token_hash)})
 
     async def stop(self) -> None:
         self._stopping = True
