@@ -2,12 +2,15 @@
 status.peer built from an accepted one (DESIGN.md §5).
 
 A received offer that breaks a bound is refused with OfferInvalid or OfferTooLarge; the caller keeps the previous
-status.peer, so a bad offer never takes access away that a good one gave.
+status.peer, so a bad offer never takes access away that a good one gave. Project and namespace names must be
+DNS-1123 labels (namespaces at most 63 characters, projects 61): a name that no cluster can have is refused, never
+matched or written anywhere.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +31,12 @@ ASYMMETRIC_KTY = frozenset({"RSA", "EC", "OKP"})
 #: JWK members that only private or symmetric keys have (RFC 7518 §6.2.2, §6.3.2, §6.4; RFC 8037).
 PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
 SCOPES = frozenset({"project", "cluster"})
+#: A namespace name: a DNS-1123 label (RFC 1123: lower-case letters, digits and '-', a letter or digit at each end).
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+MAX_NAMESPACE_NAME = 63
+#: A Project's name becomes its main namespace's name: a DNS-1123 label too, and multitenancy-manager allows 61.
+MAX_PROJECT_NAME = 61
+_LABEL_RULE = "lower-case letters, digits and '-', beginning and ending with a letter or digit"
 
 OFFER_INVALID = reasons.OFFER_INVALID
 OFFER_TOO_LARGE = reasons.OFFER_TOO_LARGE
@@ -98,6 +107,19 @@ def _bad(message: str) -> OfferCheck:
 
 def _name_ok(value) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_NAME
+
+
+def _shown(name: str) -> str:
+    """A name of the peer's as a message may quote it: bounded, and with anything unprintable escaped."""
+    return repr(name if len(name) <= 70 else name[:70] + "...")
+
+
+def label_problem(name: str, what: str, limit: int) -> str | None:
+    """Why `name` (a string) is not a valid `what` name (a DNS-1123 label of at most `limit` characters), or None."""
+    if len(name) <= limit and NAMESPACE_NAME.fullmatch(name):
+        return None
+    return (f"{what} {_shown(name)} is not a valid {what} name ({_LABEL_RULE}, at most {limit} characters); "
+            "the peer must not offer it")
 
 
 def _named_items(offer: dict, key: str, what: str, limit: int) -> tuple[list, "OfferCheck | None"]:
@@ -183,6 +205,9 @@ def validate_offer(offer, *, size: int | None = None) -> OfferCheck:
     if refusal:
         return refusal
     for p in projects:
+        problem = label_problem(p["name"], "project", MAX_PROJECT_NAME)
+        if problem:
+            return _bad(problem)
         ns = p.get("namespaces")
         ns = [] if ns is None else ns
         if not isinstance(ns, list) or not all(_name_ok(n) for n in ns):
@@ -193,6 +218,10 @@ def validate_offer(offer, *, size: int | None = None) -> OfferCheck:
                 OFFER_TOO_LARGE,
                 f"project {p['name']} of the peer has {len(ns)} namespaces, more than {MAX_NAMESPACES_PER_PROJECT}",
             )
+        for n in ns:
+            problem = label_problem(n, "namespace", MAX_NAMESPACE_NAME)
+            if problem:
+                return _bad(f"{problem} (in project {p['name']})")
 
     caps, refusal = _named_items(offer, "capabilities", "capability", MAX_CAPABILITIES)
     if refusal:
