@@ -7,7 +7,7 @@ import json
 import logging
 import time
 
-from prometheus_client import Counter
+from cachetools import LRUCache
 
 from gateway.config import GatewayConfig
 from gateway.metrics import Metrics
@@ -25,7 +25,9 @@ class Accounting:
         self.in_flight = {n: metrics.in_flight.labels(n) for n in ("entrance", "egress")}
         self.entrance_in_flight = self.in_flight["entrance"]
         self._latency = {n: metrics.latency.labels(n) for n in LISTENERS}
-        self._counters: dict[tuple, Counter] = {}
+        # Bounded (labels are, but a flood of distinct peers is not a reason to grow): an LRU of metric children,
+        # evicting one at a time; an evicted child is looked up again, its count is kept by the metric.
+        self._counters: LRUCache = LRUCache(10_000)
 
     def finish(self, listener: str, peer: str, caps: str, method: str, path: str, code: int, start: float) -> None:
         """A request of `listener` was answered with `code`; `start` is its time.perf_counter() on arrival."""
@@ -33,8 +35,6 @@ class Accounting:
         key = (listener, peer, caps, code // 100)
         counter = self._counters.get(key)
         if counter is None:
-            if len(self._counters) > 10_000:
-                self._counters.clear()  # bounded: labels are, but a flood of distinct peers is not a reason to grow
             counter = self._counters[key] = self.metrics.requests.labels(listener, peer, caps, f"{code // 100}xx")
         counter.inc()
         self._latency[listener].observe(elapsed)

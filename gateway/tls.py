@@ -14,6 +14,8 @@ import sys
 import tempfile
 from typing import Any, Callable
 
+from cachetools import LRUCache
+
 from gateway.tlsstream import TLSStream
 
 log = logging.getLogger(__name__)
@@ -307,7 +309,9 @@ class LeanSSLObject(ssl.SSLObject):
         return {}
 
 
-_FINGERPRINTS: dict[bytes, str] = {}
+#: Fingerprints by DER, an LRU: a flood of distinct certificates costs a hash each, never memory, and evicts one
+#: entry at a time, never every peer's at once.
+_FINGERPRINTS: LRUCache = LRUCache(4096)
 
 
 def peer_fingerprint(transport: asyncio.BaseTransport) -> str | None:
@@ -319,7 +323,5 @@ def peer_fingerprint(transport: asyncio.BaseTransport) -> str | None:
         return None
     fp = _FINGERPRINTS.get(der)
     if fp is None:
-        if len(_FINGERPRINTS) >= 4096:
-            _FINGERPRINTS.clear()  # bounded: a flood of distinct certificates costs a hash each, never memory
         fp = _FINGERPRINTS[der] = hashlib.sha256(der).hexdigest()
     return fp

@@ -11,6 +11,7 @@ import binascii
 import json
 from dataclasses import dataclass
 
+from cachetools import LRUCache
 from jwcrypto import jwk, jws
 from jwcrypto.common import JWException
 
@@ -36,18 +37,23 @@ class VerifiedToken:
 class KeySets:
     """Parsed JWK Sets by their JSON text, so each peer's JWKS is parsed once per change, not per request."""
 
+    MAX_ENTRIES = 1024
+
     def __init__(self) -> None:
-        self._cache: dict[str, jwk.JWKSet | None] = {}
+        # An LRU: more JWK Sets than peers evict the least recently used one, never every peer's at once.
+        self._cache: LRUCache = LRUCache(self.MAX_ENTRIES)
 
     def get(self, jwks_json: str) -> jwk.JWKSet | None:
-        if jwks_json not in self._cache:
-            if len(self._cache) > 1024:
-                self._cache.clear()
-            try:
-                self._cache[jwks_json] = jwk.JWKSet.from_json(jwks_json)
-            except (JWException, ValueError, TypeError, KeyError):
-                self._cache[jwks_json] = None
-        return self._cache[jwks_json]
+        try:
+            return self._cache[jwks_json]
+        except KeyError:
+            pass
+        try:
+            keyset = jwk.JWKSet.from_json(jwks_json)
+        except (JWException, ValueError, TypeError, KeyError):
+            keyset = None
+        self._cache[jwks_json] = keyset
+        return keyset
 
 
 def _unauthorized(cause: str, message: str) -> Refusal:
@@ -135,13 +141,19 @@ def verify_peer_token(token: str, peer: Peer, registry: Registry, keysets: KeySe
 
 class VerifiedTokens:
     """Verified peer tokens by the SHA-256 of the token, so that a token is verified once per registry, not per
-    request. Bounded: a flood of distinct tokens costs a verification each, never memory."""
+    request. Bounded (a cachetools LRUCache): a flood of distinct tokens costs a verification each, never memory,
+    and evicts the least recently used token one at a time, never every consumer's at once. An expired token is
+    refused by admission on its next use and forgotten then."""
 
     MAX_ENTRIES = 100_000
 
-    def __init__(self) -> None:
-        self._by_hash: dict[bytes, VerifiedToken] = {}
+    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
+        self._max = max_entries
+        self._by_hash: LRUCache = LRUCache(max_entries)
         self.keysets = KeySets()
+
+    def __len__(self) -> int:
+        return len(self._by_hash)
 
     def get(self, token_hash: bytes) -> VerifiedToken | None:
         return self._by_hash.get(token_hash)
@@ -150,8 +162,6 @@ class VerifiedTokens:
                max_bytes: int) -> VerifiedToken:
         """verify_peer_token (raises its Refusal), remembered by the token's hash until `clear()`."""
         verified = verify_peer_token(token, peer, registry, self.keysets, now=now, skew=skew, max_bytes=max_bytes)
-        if len(self._by_hash) >= self.MAX_ENTRIES:
-            self._by_hash.clear()
         self._by_hash[token_hash] = verified
         return verified
 
@@ -160,7 +170,7 @@ class VerifiedTokens:
 
     def clear(self) -> None:
         """A new registry: what a token allows may have changed."""
-        self._by_hash = {}
+        self._by_hash = LRUCache(self._max)
 
 
 def unverified_expiry(token: str) -> float | None:
