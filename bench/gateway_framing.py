@@ -4,7 +4,8 @@ smuggling shapes it must not pass:
     python -m bench.gateway_framing [iterations]
 
 - gateway/framing.py as it is: llhttp through httptools, with the module's own checks and events on top;
-- the regex heads the gateway read before (bench/gateway_framing_regex.py: its own head parsing, the gateway's reader and framer);
+- the regex heads the gateway read before (bench/gateway_framing_regex.py: its own head parsing, the gateway's
+  reader and framer);
 - h11 (pure Python, h11's readers), one connection object per client or upstream connection, cycled per request;
 - httptools bare (llhttp, the C parser of Node.js), one parser per connection, callbacks only: what the module's
   checks and events cost on top of it.
