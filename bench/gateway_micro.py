@@ -70,8 +70,10 @@ async def measure(requests: int, rounds: int = 5) -> float:
                            dex_client_secret=lambda: "unused", access_log=False)
     state = GatewayState.open(config, Metrics(), Registry.empty())
     real_exchange = state.exchange
-    peer = SimpleNamespace(name="peer", connector_id="peering-peer")
-    state.registry = SimpleNamespace(by_fingerprint={"fp": peer})  # type: ignore[assignment]
+    peer = SimpleNamespace(name="peer", connector_id="peering-peer", effective=frozenset({"read"}))
+    read = SimpleNamespace(accepted=True, consumers=frozenset({("mod", "controller")}))
+    state.registry = SimpleNamespace(by_fingerprint={"fp": peer}, peers={"peer": peer},  # type: ignore[assignment]
+                                     capabilities={"read": read})
     token_hash = hashlib.sha256(TOKEN.encode()).digest()
     state.tokens._by_hash[token_hash] = VerifiedToken(
         peer="peer", subject="system:serviceaccount:mod:controller", capabilities=frozenset({"read"}),

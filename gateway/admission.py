@@ -1,9 +1,10 @@
 """Where every entrance and egress request is admitted (DESIGN.md 7): one chain, called by both entrance paths
 (the raw path in entrance.py, the aiohttp path in listeners.py) and by the egress.
 
-    entrance: peer (client certificate) -> header rules -> peer token (verified-token cache) -> consumer
+    entrance: method -> peer (client certificate) -> header rules -> peer token (verified-token cache) -> consumer
               -> exchange decision -> the upstream request head
-    egress:   peer (path) -> header rules -> local token -> TokenReview decision -> consumer -> the head
+    egress:   method -> peer and Kubernetes API path (path) -> header rules -> local token (exactly one audience)
+              -> TokenReview decision -> consumer -> the head
 
 `admit_entrance` and `admit_egress` do no I/O: they answer `Admitted` (the upstream head is ready), or what must
 be waited for first (`NeedsExchange`: a Dex exchange not in the cache; `NeedsReview`: a TokenReview), or raise
@@ -17,17 +18,31 @@ from __future__ import annotations
 
 import hashlib
 import time
+from urllib.parse import unquote_to_bytes
 
 from contract import reasons
 from contract.errors import Refusal
+from contract.names import audience
 from contract.paths import EGRESS_PREFIX, PEER_OPS, PEER_PREFIX
 from gateway.headers import Fields, bearer, request_head, screen_request
 from gateway.registry import Peer
 from gateway.state import GatewayState
-from gateway.tokens import VerifiedToken, unverified_expiry
+from gateway.authority import Authority
+from gateway.consumers import service_account
+from gateway.tokens import VerifiedToken, claims_expiry, unverified_claims
 from gateway.upstream import UpstreamError
 
 _EGRESS_PREFIX = EGRESS_PREFIX.encode()
+
+METHODS = frozenset({b"GET", b"HEAD", b"POST", b"PUT", b"PATCH", b"DELETE", b"OPTIONS"})
+"""The methods of the Kubernetes API: the one allow-list of both entrance paths and the egress (CONNECT, TRACE and
+anything else never reach an upstream)."""
+
+EGRESS_ROOTS = (b"/api", b"/apis", b"/openapi/v3")
+"""What the egress forwards: these paths and those under them, and EGRESS_EXACT; the Kubernetes API and the
+discovery kubectl and client-go need, never the peer protocol (/peering/v1/, spoken only by the control loop's own
+client) or anything else the peer's entrance serves."""
+EGRESS_EXACT = (b"/version", b"/openapi/v2")
 
 
 class Admitted:
@@ -73,14 +88,16 @@ class NeedsExchange(_Pending):
 
 class NeedsReview(_Pending):
     """A local consumer's token, to be reviewed (cache key `key`) before the capabilities are known; `peer` is the
-    peering it goes to, as admitted."""
+    peering it goes to, as admitted; `account` and `expires` what the token's claims say (true once reviewed)."""
 
-    __slots__ = ("key", "peer")
+    __slots__ = ("key", "peer", "account", "expires")
 
-    def __init__(self, key: str, peer: Peer, *args) -> None:
+    def __init__(self, key: str, peer: Peer, account: tuple[str, str] | None, expires: float, *args) -> None:
         super().__init__(*args)
         self.key = key
         self.peer = peer
+        self.account = account
+        self.expires = expires
 
     def admit(self) -> Admitted:
         return self._admitted(b"Bearer " + self.token.encode())
@@ -95,7 +112,8 @@ class ClientState:
     Authorization header came to: a client sends the same one every time, so its hash and capabilities label are
     computed once per connection and token, not per request."""
 
-    __slots__ = ("peer", "capabilities", "close", "last_auth", "last_token_hash", "last_verified", "last_capabilities")
+    __slots__ = ("peer", "capabilities", "close", "last_auth", "last_token_hash", "last_verified", "last_capabilities",
+                 "authority")
 
     def __init__(self) -> None:
         self.peer = "-"
@@ -105,6 +123,8 @@ class ClientState:
         self.last_token_hash = b""
         self.last_verified: VerifiedToken | None = None
         self.last_capabilities = "-"
+        #: What admitted the last admitted request (its stream ends when that no longer passes: authority.py).
+        self.authority: Authority | None = None
 
     def begin(self) -> None:
         self.peer, self.capabilities, self.close = "-", "-", False
@@ -125,6 +145,8 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
     """Admit a request of a peer's consumer to this cluster's API server, or raise the Refusal of the first rule
     it fails. `target` is the origin-form target as sent; `length`/`chunked` describe a body."""
     client.peer, client.capabilities, client.close = "-", "-", False  # client.begin(), inline on the hot path
+    if method not in METHODS:
+        raise _method_refused(method)
     registry = state.registry
     peer = entrance_peer(state, fingerprint)
     client.peer = peer.name
@@ -151,6 +173,8 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
         client.last_auth, client.last_token_hash = auth, token_hash
     if verified is not client.last_verified:  # the capabilities label, joined once per token, not per request
         client.last_verified, client.last_capabilities = verified, ",".join(sorted(verified.capabilities))
+        client.authority = Authority(peer.name, verified.capabilities, service_account(verified.subject),
+                                     verified.expires + limits.token_skew)
     client.capabilities = client.last_capabilities
     watch = b"watch" in target and is_watch(target)
     upstream_target = state.api_prefix + target
@@ -195,7 +219,11 @@ def egress_peer(state: GatewayState, target: bytes) -> tuple[Peer, bytes]:
     if not peer.entrance or not peer.peer_ca_pem or not peer.client_cert_pem or not peer.client_key_pem:
         raise Refusal(503, reasons.PEER_NOT_CONNECTED, f"the peering {peer.name} has no credentials toward the "
                       "peer yet; wait until its phase is Active")
-    return peer, b"/" + rest
+    path = b"/" + rest
+    if not egress_path_allowed(path):
+        raise Refusal(403, reasons.PATH_NOT_ALLOWED, f"the egress forwards only Kubernetes API paths (/api, /apis, "
+                      f"/version, /openapi) to peering {peer.name}, not {path.partition(b'?')[0].decode('latin-1')[:80]}")
+    return peer, path
 
 
 def admit_egress(state: GatewayState, client: ClientState, method: bytes, target: bytes, fields: Fields,
@@ -203,6 +231,8 @@ def admit_egress(state: GatewayState, client: ClientState, method: bytes, target
     """Admit a local consumer's request to a peer's API (through its entrance) up to the TokenReview, or raise
     the Refusal of the first rule it fails."""
     client.begin()
+    if method not in METHODS:
+        raise _method_refused(method)
     peer, path = egress_peer(state, target)
     client.peer = peer.name
     forward, auth, client.close = screen_request(fields)
@@ -212,13 +242,49 @@ def admit_egress(state: GatewayState, client: ClientState, method: bytes, target
     if not peer.effective:
         raise Refusal(403, reasons.NO_EFFECTIVE_CAPABILITY, f"no capability is effective for peering {peer.name}; "
                       "open one in spec.capabilities on both clusters")
+    claims = unverified_claims(token) or {}
+    _check_audience(claims, peer)
     ttl = limits.token_review_ttl
-    exp = unverified_expiry(token)
+    exp = claims_expiry(claims)
     # A review is reused for its TTL, never past the token's own expiry.
     not_after = time.monotonic() + min(ttl, (exp - time.time()) if exp else ttl)
     key = f"{peer.name}/{state.registry.generation}"
-    return NeedsReview(key, peer, is_watch(path), hashlib.sha256(token.encode()).digest(), token, not_after, method, path,
+    return NeedsReview(key, peer, service_account(claims.get("sub")), exp if exp is not None else float("inf"),
+                       is_watch(path), hashlib.sha256(token.encode()).digest(), token, not_after, method, path,
                        peer.entrance.encode(), forward, length, chunked)  # type: ignore[union-attr]
+
+
+def egress_path_allowed(path: bytes) -> bool:
+    """Whether the egress forwards `path` (the target on the peer's API server, query included): a Kubernetes API
+    path (EGRESS_ROOTS, EGRESS_EXACT) without dot segments, empty segments or escapes that could name another."""
+    path = path.partition(b"?")[0]
+    if b"#" in path or b"\\" in path:
+        return False
+    segments = path.split(b"/")[1:]
+    if b"%" in path:  # an escaped segment (system%3Aauth-delegator) is judged by what it stands for
+        segments = [unquote_to_bytes(segment) for segment in segments]
+    for segment in segments:
+        if segment in (b"", b".", b"..") or b"/" in segment or b"\\" in segment or b"%" in segment:
+            return False
+    return path in EGRESS_EXACT or any(path == root or path.startswith(root + b"/") for root in EGRESS_ROOTS)
+
+
+def _check_audience(claims: dict, peer: Peer) -> None:
+    """A consumer's token names exactly one audience (the capability's), so that the peer cannot replay it anywhere
+    else, such as at this cluster's own API server. A token that is not a JWT is left to the TokenReview."""
+    if not claims:
+        return
+    aud = claims.get("aud")
+    if isinstance(aud, str) or (isinstance(aud, list) and len(aud) == 1 and isinstance(aud[0], str)):
+        return
+    raise Refusal(401, reasons.TOKEN_AUDIENCE_TOO_BROAD, "the token must have exactly one audience, the capability's "
+                  f"({audience(peer.uuid, '<capability>')}); set the projected serviceAccountToken's audience to one "
+                  f"entry of status.access.audiences of ClusterPeer {peer.name} and request no other audience in it")
+
+
+def _method_refused(method: bytes) -> Refusal:
+    return Refusal(405, reasons.METHOD_NOT_ALLOWED, f"method {method.decode('latin-1')[:20]} is not allowed through "
+                   "the peering gateway; the Kubernetes API takes GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS")
 
 
 # ----- both -------------------------------------------------------------------------------------------------------
@@ -243,6 +309,13 @@ def upstream_refusal(err: UpstreamError) -> Refusal:
         return Refusal(503, reasons.UPSTREAM_UNAVAILABLE, f"the upstream API server cannot be reached "
                        f"({err.detail}); retry later")
     return Refusal(502, reasons.UPSTREAM_FAILED, f"the upstream API server failed the request ({err.detail}); retry")
+
+
+def withdrawn() -> Refusal:
+    """A request admitted on a registry that a newer one, come while it waited, no longer admits."""
+    return Refusal(403, reasons.NO_EFFECTIVE_CAPABILITY, "what admitted this request (the peering, a capability, the "
+                   "consumer or the token) was withdrawn while it was checked; see the ClusterPeer's "
+                   "effectiveCapabilities and the PeeringCapability's consumers")
 
 
 def closes_connection(refusal: Refusal) -> bool:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from contract.errors import Refusal
 from contract.paths import PEER_PREFIX
 from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entrance, closes_connection, complete,
-                               upstream_refusal)
+                               upstream_refusal, withdrawn)
 from gateway.framing import HANDOVER, NEED_DATA, UNTIL_CLOSE, Request, RequestHeadReader, ResponseHead
 from gateway.relay import Relay
 from gateway.state import GatewayState
@@ -122,6 +122,7 @@ class EntranceProtocol(asyncio.Protocol):
         relay, self.relay = self.relay, None
         if relay is not None:
             relay.detach()
+        self.state.streams.discard(self)
         if self.busy:
             self.busy = False
             if self.watch and self.code:
@@ -215,6 +216,11 @@ class EntranceProtocol(asyncio.Protocol):
         self._send(relay, head_only)
 
     def _send(self, relay: Relay, head_only: bool) -> None:
+        state = self.state
+        if not state.streams.add(self, self.client.authority, self._withdrawn, state.registry):
+            state.relay_pool.park(relay)
+            self._refuse(withdrawn())
+            return
         self.relay = relay
         relay.start(self, self.head, head_only)
         if self.paused:
@@ -271,7 +277,13 @@ class EntranceProtocol(asyncio.Protocol):
             self.close_after = True
         self._end(refusal.code)
 
+    def _withdrawn(self) -> None:
+        """What admitted the request in progress was withdrawn (authority.OpenStreams): the connection ends."""
+        if self.transport is not None:
+            self.transport.abort()
+
     def _end(self, code: int) -> None:
+        self.state.streams.discard(self)
         self.busy = False
         self._finish(code)
         self.last = self.state.loop.time()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any, Coroutine
 
 from aiohttp import web
 
@@ -13,7 +14,8 @@ from contract import reasons
 from contract.errors import Refusal
 from contract.paths import JOIN_PATH, PEER_PREFIX
 from gateway.admission import (ClientState, admit_egress, admit_entrance, admit_peer_call, closes_connection,
-                               complete)
+                               complete, withdrawn)
+from gateway.authority import Authority
 from gateway.http import JSON, HTTPProtocol, status_response
 from gateway.joinlimit import JoinRateLimit
 from gateway.protocol import ControlHandlers, JoinCall, PeerCall
@@ -54,7 +56,8 @@ class Entrance:
                 decision = admit_entrance(state, client, proto.peering_fp, request.method.encode(),
                                           _target(request), request.raw_headers, length, chunked)
                 admitted = await complete(state, client, decision)
-                resp = await forward(state, request, "entrance", client.peer, state.api_pool, admitted)
+                resp = await _held(state, request, client.authority, forward(state, request, "entrance", client.peer,
+                                                                             state.api_pool, admitted))
             code = resp.status
             return resp
         except Refusal as refusal:
@@ -97,7 +100,10 @@ class Egress:
                                     length, chunked)
             admitted = await complete(state, client, decision)
             pool = state.peer_pool(decision.peer)
-            resp = await forward(state, request, "egress", client.peer, pool, admitted)
+            authority = Authority(decision.peer.name, frozenset(client.capabilities.split(",")), decision.account,
+                                  decision.expires)
+            resp = await _held(state, request, authority, forward(state, request, "egress", client.peer, pool,
+                                                                  admitted))
             code = resp.status
             return resp
         except Refusal as refusal:
@@ -107,6 +113,22 @@ class Egress:
             in_flight.dec()
             state.accounting.finish("egress", client.peer, client.capabilities, request.method, request.path, code,
                                     start)
+
+
+async def _held(state: GatewayState, request: web.BaseRequest, authority: Authority | None,
+                forwarding: Coroutine[Any, Any, web.StreamResponse]) -> web.StreamResponse:
+    """Forward while `state.streams` holds the request with what admitted it: when a registry or the token's
+    expiry withdraws that, the client's connection is aborted (the handler is cancelled with it)."""
+    key = object()
+    transport = request.transport
+    if authority is None or transport is None or not state.streams.add(key, authority, transport.abort,
+                                                                         state.registry):
+        forwarding.close()
+        raise withdrawn()
+    try:
+        return await forwarding
+    finally:
+        state.streams.discard(key)
 
 
 class Join:

@@ -16,6 +16,7 @@ from contract import reasons
 from contract.errors import Refusal
 from contract.names import peer_secret_name
 from gateway.accounting import Accounting
+from gateway.authority import OpenStreams
 from gateway.config import GatewayConfig
 from gateway.connections import PeerConnections
 from gateway.exchange import DexClient, ExchangeCache, PeerRate
@@ -44,6 +45,8 @@ class GatewayState:
         self.registry = registry
         self.tokens = VerifiedTokens()
         self.connections = PeerConnections(limits.max_connections_per_peer, metrics)
+        #: The open proxied requests with what admitted them: closed when a registry or the clock withdraws it.
+        self.streams = OpenStreams(loop)
         self.resolver = resolver
         self.api_session = api_session
         self.dex_session = dex_session
@@ -87,6 +90,7 @@ class GatewayState:
         if old.generation != registry.generation or old is not registry:
             self.tokens.clear()
         self.connections.close_gone(registry.by_fingerprint)
+        self.streams.recheck(registry)
 
     def peer_pool(self, peer: Peer) -> UpstreamPool:
         """The pooled mTLS connections toward `peer`'s entrance, made anew when its credentials change."""
@@ -112,6 +116,7 @@ class GatewayState:
         return pool
 
     async def close(self) -> None:
+        self.streams.close_all()
         for cache in (self.exchange, self.reviews):
             await cache.close()
         for session in (self.api_session, self.dex_session):

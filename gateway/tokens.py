@@ -173,13 +173,23 @@ class VerifiedTokens:
         self._by_hash = LRUCache(self._max)
 
 
-def unverified_expiry(token: str) -> float | None:
-    """The exp claim of a JWT without checking it, only to bound a cache of a result obtained otherwise."""
+def unverified_claims(token: str) -> dict | None:
+    """The claims of a JWT without checking them (None for anything else): only to bound or narrow a result
+    obtained otherwise (the egress's TokenReview verifies the token)."""
     parts = token.split(".")
     if len(parts) != 3:
         return None
     try:
-        exp = _b64json(parts[1]).get("exp")
+        return _b64json(parts[1])
     except Refusal:
         return None
     return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
+
+
+def unverified_expiry(token: str) -> float | None:
+    """The exp claim of a JWT without checking it, only to bound a cache of a result obtained otherwise."""
+    return claims_expiry(unverified_claims(token) or {})
+
+
+def claims_expiry(claims: dict) -> float | None:
+    exp = claims.get("exp")
