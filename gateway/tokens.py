@@ -22,6 +22,8 @@ from gateway.consumers import consumer_capabilities, service_account
 from gateway.registry import Peer, Registry
 
 ALLOWED_ALGS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+_KEY_ALGS = {"RSA": ALLOWED_ALGS[:6], "EC": ALLOWED_ALGS[6:9], "OKP": ("EdDSA",)}
+"""What a JWK without `alg` may verify, by its kty; a JWK's `alg`, when set, is the only algorithm it verifies."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,11 @@ def verify_peer_token(token: str, peer: Peer, registry: Registry, keysets: KeySe
     if key is None:
         raise _unauthorized(reasons.TOKEN_KEY_UNKNOWN, f"the token's key id is not in the JWKS of peer {peer.name}; "
                             "if the peer rotated its keys, wait for the next offer sync")
+    key_alg = key.get("alg")
+    if alg not in (_KEY_ALGS.get(key.get("kty"), ()) if key_alg is None else (key_alg,)):
+        raise _unauthorized(reasons.TOKEN_ALGORITHM_REFUSED,
+                            f"the token is signed with {alg}, which its key in the JWKS of peer {peer.name} does not "
+                            f"allow ({key_alg or key.get('kty')}); sign with the key's own algorithm")
     verifier = jws.JWS()
     try:
         verifier.deserialize(token)
@@ -183,7 +190,6 @@ def unverified_claims(token: str) -> dict | None:
         return _b64json(parts[1])
     except Refusal:
         return None
-    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
 
 
 def unverified_expiry(token: str) -> float | None:
@@ -193,3 +199,4 @@ def unverified_expiry(token: str) -> float | None:
 
 def claims_expiry(claims: dict) -> float | None:
     exp = claims.get("exp")
+    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
