@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -99,18 +99,16 @@ def _utc(now: datetime) -> datetime:
 
 def load_cert(cert_pem: str | bytes) -> x509.Certificate:
     """The first certificate of a PEM text; PKIError NotACertificate when there is none."""
-    data = cert_pem.encode() if isinstance(cert_pem, str) else cert_pem
-    try:
-        return x509.load_pem_x509_certificate(data)
+    try:  # a lone surrogate of a JSON string fails to encode: a ValueError too
+        return x509.load_pem_x509_certificate(cert_pem.encode() if isinstance(cert_pem, str) else cert_pem)
     except ValueError as exc:
         raise PKIError("NotACertificate", f"expected a PEM certificate, could not parse it: {exc}") from None
 
 
 def load_certs(bundle_pem: str | bytes) -> list[x509.Certificate]:
     """Every certificate of a PEM bundle; PKIError NotACertificate when there is none."""
-    data = bundle_pem.encode() if isinstance(bundle_pem, str) else bundle_pem
     try:
-        certs = x509.load_pem_x509_certificates(data)
+        certs = x509.load_pem_x509_certificates(bundle_pem.encode() if isinstance(bundle_pem, str) else bundle_pem)
     except ValueError as exc:
         raise PKIError("NotACertificate", f"expected PEM certificates, could not parse them: {exc}") from None
     return certs
@@ -271,7 +269,7 @@ def load_csr(csr_pem: str) -> x509.CertificateSigningRequest:
         raise PKIError(reasons.INVALID_CSR, "the certificate request is not a PEM CSR; send a PEM CERTIFICATE REQUEST") from None
     try:
         key = csr.public_key()
-    except ValueError:
+    except (ValueError, UnsupportedAlgorithm):  # an unknown curve is UnsupportedAlgorithm, not a ValueError
         raise PKIError(reasons.INVALID_CSR, "the certificate request's public key cannot be read") from None
     if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP256R1):
         raise PKIError(
@@ -319,7 +317,10 @@ def public_key_fingerprint(pem: str) -> str:
     text = pem if isinstance(pem, str) else pem.decode()
     if "CERTIFICATE REQUEST" in text:
         return hashlib.sha256(_spki_der(load_csr(text).public_key())).hexdigest()
-    return hashlib.sha256(_spki_der(load_cert(text).public_key())).hexdigest()
+    try:
+        return hashlib.sha256(_spki_der(load_cert(text).public_key())).hexdigest()
+    except (ValueError, UnsupportedAlgorithm):
+        raise PKIError("NotACertificate", "the certificate's public key cannot be read") from None
 
 
 def spki_pin(ca_pem: str) -> str:
@@ -334,7 +335,10 @@ def verify_pin(ca_pem: str, pin: str) -> bool:
     except PKIError:
         return False
     for cert in certs:
-        got = "sha256:" + hashlib.sha256(_spki_der(cert.public_key())).hexdigest()
+        try:
+            got = "sha256:" + hashlib.sha256(_spki_der(cert.public_key())).hexdigest()
+        except (ValueError, UnsupportedAlgorithm):
+            continue  # a key that cannot be read matches no pin
         if hmac.compare_digest(got.encode(), pin.strip().lower().encode()):
             return True
     return False
@@ -349,7 +353,7 @@ def issued_by(cert_pem: str, ca_pem: str) -> bool:
         return False
     try:
         cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
         return False
     return True
 

@@ -152,7 +152,9 @@ class RequestHeadReader:
             return NEED_DATA
         end = buf.find(b"\r\n\r\n")
         if end < 0:
-            return HANDOVER if len(buf) > self.max_head_bytes else NEED_DATA
+            # The CRLF CRLF may start up to 3 bytes before the buffer's end: past that, it would end over the limit
+            # however the bytes were split.
+            return HANDOVER if len(buf) > self.max_head_bytes + 3 else NEED_DATA
         if end > self.max_head_bytes:
             return HANDOVER
         request = _parse_request(buf[:end + 4], self.max_headers)

@@ -156,12 +156,16 @@ def _thumbprints(jwks_text) -> set[str]:
     return out
 
 
+def _jwks_of(offer) -> str | None:
+    issuer = offer.get("issuer") if isinstance(offer, dict) else None
+    return issuer.get("jwks") if isinstance(issuer, dict) else None
+
+
 def own_keys_problem(peer_offer, own_offer) -> str | None:
     """Why a peer's offer must be refused for publishing this cluster's own ServiceAccount keys as its issuer's,
     or None. Every default Deckhouse cluster has the same issuer URL, so the keys are the only thing that tells a
     peer's tokens from ours; our public keys are in our offer, so a hostile peer can copy them."""
-    theirs = ((peer_offer or {}).get("issuer") or {}).get("jwks") if isinstance(peer_offer, dict) else None
-    ours = ((own_offer or {}).get("issuer") or {}).get("jwks") if isinstance(own_offer, dict) else None
+    theirs, ours = _jwks_of(peer_offer), _jwks_of(own_offer)
     if not isinstance(theirs, str) or not isinstance(ours, str) or not theirs or not ours:
         return None
     if _thumbprints(theirs) & _thumbprints(ours):

@@ -1,0 +1,57 @@
+"""The crashes the fuzzers found, each written out: every one now ends in the parser's own refusal."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import pytest
+
+from control import pki
+from control.rules import join as join_rules
+from control.rules import offer as offer_rules
+
+from tests.fuzz.test_control_parsers import _good_join_body
+
+P256 = bytes.fromhex("06082a8648ce3d030107")  # the OID 1.2.840.10045.3.1.7 (prime256v1), DER
+
+
+def _csr_with_unknown_curve() -> str:
+    pem = pki.make_key_and_csr("3f0c2f4e-1d5b-4c9a-9b7e-2a6f0e1c3d4b").cert_pem
+    der = base64.b64decode("".join(pem.strip().splitlines()[1:-1]))
+    assert der.count(P256) == 1
+    der = der.replace(P256, P256[:-1] + b"\x08")  # 1.2.840.10045.3.1.8: no curve anyone knows
+    body = base64.b64encode(der).decode()
+    return "-----BEGIN CERTIFICATE REQUEST-----\n" + "\n".join(re.findall(".{1,64}", body)) + \
+        "\n-----END CERTIFICATE REQUEST-----\n"
+
+
+def test_a_csr_on_an_unknown_curve_is_an_invalid_csr():
+    # Was cryptography's UnsupportedAlgorithm out of pki.load_csr, and so out of the join handler.
+    with pytest.raises(pki.PKIError) as caught:
+        pki.load_csr(_csr_with_unknown_curve())
+    assert caught.value.reason == "InvalidCSR"
+    with pytest.raises(join_rules.JoinError) as refused:
+        join_rules.parse_join_request(dict(_good_join_body(), csr=_csr_with_unknown_curve()))
+    assert refused.value.reason == "InvalidCSR" and refused.value.code == 400
+
+
+@pytest.mark.parametrize("field", ["caBundle", "csr"])
+def test_a_lone_surrogate_in_a_pem_field_is_refused(field):
+    # JSON may escape a lone surrogate ("\ud800"); it reached str.encode() outside the parser's try (load_certs).
+    body = _good_join_body()
+    body[field] = body[field][:40] + "\ud800" + body[field][40:]
+    with pytest.raises(join_rules.JoinError) as refused:
+        join_rules.parse_join_request(body)
+    assert refused.value.code == 400
+    for load in (pki.load_cert, pki.load_certs):
+        with pytest.raises(pki.PKIError):
+            load("\ud800")
+    assert pki.verify_pin("\ud800", "sha256:" + "0" * 64) is False
+    assert pki.issued_by("\ud800", "\ud800") is False
+
+
+@pytest.mark.parametrize("offer", [{"issuer": 1.0}, {"issuer": ["x"]}, [], "x", None, {"issuer": {"jwks": 3}}])
+def test_own_keys_problem_reads_any_offer(offer):
+    # Was an AttributeError for an issuer that is not an object (the callers validate first; the rule is total).
+    assert offer_rules.own_keys_problem(offer, {"issuer": {"jwks": '{"keys": []}'}}) is None
