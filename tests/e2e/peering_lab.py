@@ -83,6 +83,49 @@ async def connection_string(cluster, name: str) -> str:
                        .get("connectionString"), what=f"status.invite of {name}")
 
 
+def create_capability(cluster, name: str, *, namespace: str = "consumer", account: str = "app",
+                      verbs: tuple[str, ...] = ("get", "list")) -> dict:
+    """A module's PeeringCapability `name`: its consumer, ServiceAccount `account` (created, with its namespace
+    `namespace`), may use `verbs` on ConfigMaps of the paired projects."""
+    api = cluster.api
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}})
+    return api.create({"apiVersion": API_VERSION, "kind": "PeeringCapability", "metadata": {"name": name},
+                       "spec": {"version": "v1",
+                                "consumers": [{"kind": "ServiceAccount", "namespace": namespace, "name": account}],
+                                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": list(verbs)}]}})
+
+
+def create_project_with_prices(cluster, project: str) -> None:
+    """Project `project` as multitenancy-manager leaves it, holding ConfigMap `prices` that names the cluster."""
+    cluster.create_project(project)
+    cluster.api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "prices", "namespace": project},
+                        "data": {"cluster": cluster.name}})
+
+
+async def peer_with_capability(a, b, capability: str, *, wait: bool = True, timeout: float = 30.0,
+                               **consumer: Any) -> None:
+    """The guide's first steps on clusters `a` and `b`: both install the module's PeeringCapability `capability`
+    (`create_capability`, `consumer` its keywords), a invites b (ClusterPeer `to-b`), b joins with the string
+    (`to-a`), and both open the capability. With `wait`, until both ClusterPeers are Active, Ready (PeeringReady)
+    and list the capability as effective."""
+    for cluster in (a, b):
+        create_capability(cluster, capability, **consumer)
+    create_invite(a, "to-b")
+    create_join(b, "to-a", await connection_string(a, "to-b"))
+    for cluster, name in ((a, "to-b"), (b, "to-a")):
+        obj = await until(lambda: clusterpeer(cluster, name), what=name)
+        obj["spec"]["capabilities"] = [capability]
+        cluster.api.update(obj)
+    if not wait:
+        return
+    for cluster, name in ((a, "to-b"), (b, "to-a")):
+        await until_equal(lambda: ready(clusterpeer(cluster, name)), ("Active", "True", "PeeringReady"),
+                          timeout=timeout, what=f"{cluster.name}'s ClusterPeer {name} Active and Ready")
+        await until_equal(lambda: clusterpeer(cluster, name)["status"].get("effectiveCapabilities"), [capability],
+                          what=f"{capability} effective on {cluster.name}'s ClusterPeer {name}")
+
+
 class WriteCounter:
     """Counts the writes (create, update incl. patch and status, delete) the API server of a cluster accepts, by
     resource (`"update clusterpeers"`), leaving out Leases (the leader renews its Lease by design); it sees writes

@@ -19,8 +19,7 @@ import yaml
 from control import consumer_config as cc
 from control.rules.access import audience
 from lab.testing import lab_clusters
-from peering_lab import (API_VERSION, clusterpeer, connection_string, create_invite, create_join,
-                         fast_peering_command, ready, until, until_equal)
+from peering_lab import clusterpeer, create_project_with_prices, fast_peering_command, peer_with_capability, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -37,36 +36,14 @@ def _snippet() -> dict:
     return namespace
 
 
-def _setup(cluster) -> None:
-    api = cluster.api
-    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "d8-my-module"}})
-    api.create({"apiVersion": "v1", "kind": "ServiceAccount",
-                "metadata": {"name": "controller", "namespace": "d8-my-module"}})
-    api.create({"apiVersion": API_VERSION, "kind": "PeeringCapability", "metadata": {"name": CAP},
-                "spec": {"version": "v1", "consumers": [{"kind": "ServiceAccount", "namespace": "d8-my-module",
-                                                         "name": "controller"}],
-                         "rules": [{"apiGroups": [""], "resources": ["configmaps"],
-                                    "verbs": ["get", "list", "watch"]}]}})
-    cluster.create_project(PROJECT)
-    api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "prices", "namespace": PROJECT},
-                "data": {"cluster": cluster.name}})
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def lab(tmp_path_factory):
     async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command) as lab:
         a, b = lab["a"], lab["b"]
         for cluster in (a, b):
-            _setup(cluster)
-        create_invite(a, "to-b")
-        create_join(b, "to-a", await connection_string(a, "to-b"))
-        for cluster, name in ((a, "to-b"), (b, "to-a")):
-            obj = await until(lambda: clusterpeer(cluster, name), what=name)
-            obj["spec"]["capabilities"] = [CAP]
-            cluster.api.update(obj)
-        for cluster, name in ((a, "to-b"), (b, "to-a")):
-            await until_equal(lambda: ready(clusterpeer(cluster, name)), ("Active", "True", "PeeringReady"), timeout=30)
-            await until_equal(lambda: clusterpeer(cluster, name)["status"].get("effectiveCapabilities"), [CAP])
+            create_project_with_prices(cluster, PROJECT)
+        await peer_with_capability(a, b, CAP, namespace="d8-my-module", account="controller",
+                                   verbs=("get", "list", "watch"))
         yield lab
 
 

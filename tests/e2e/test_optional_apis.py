@@ -14,8 +14,7 @@ import pytest_asyncio
 from control.rules.access import audience
 from lab.multitenancy import create_project
 from lab.testing import apiserver_backends, lab_clusters
-from peering_lab import (API_VERSION, GROUP, clusterpeer, condition, connection_string, create_invite, create_join,
-                         fast_peering_command, ready, until, until_equal)
+from peering_lab import GROUP, clusterpeer, condition, fast_peering_command, peer_with_capability, ready, until_equal
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -30,30 +29,13 @@ def command(cluster):
     return None if cmd is None else cmd + ["--optional-api-interval", "0.5"]
 
 
-def _capability(cluster) -> None:
-    api = cluster.api
-    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "consumer"}})
-    api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "app", "namespace": "consumer"}})
-    api.create({"apiVersion": API_VERSION, "kind": "PeeringCapability", "metadata": {"name": CAP},
-                "spec": {"version": "v1", "consumers": [{"kind": "ServiceAccount", "namespace": "consumer",
-                                                         "name": "app"}],
-                         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}})
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
 async def lab(request, tmp_path_factory):
     async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=command,
                             without_crds={"a": [PROJECTS, PROVIDERS]}, apiserver=request.param) as lab:
         a, b = lab["a"], lab["b"]
-        for cluster in (a, b):
-            _capability(cluster)
         create_project(b.api, PROJECT)
-        create_invite(a, "to-b")
-        create_join(b, "to-a", await connection_string(a, "to-b"))
-        for cluster, name in ((a, "to-b"), (b, "to-a")):
-            obj = await until(lambda: clusterpeer(cluster, name), what=name)
-            obj["spec"]["capabilities"] = [CAP]
-            cluster.api.update(obj)
+        await peer_with_capability(a, b, CAP, wait=False)
         yield lab
 
 

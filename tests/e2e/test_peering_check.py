@@ -27,27 +27,13 @@ from lab.cluster import peering_executable
 from check_helpers import check, line
 from lab.ingress import Ingress
 from lab.testing import lab_clusters
-from peering_lab import (API_VERSION, GROUP, clusterpeer, condition, connection_string, create_invite, create_join,
-                         fast_peering_command, ready, until, until_equal)
+from peering_lab import (GROUP, clusterpeer, condition, create_project_with_prices, fast_peering_command,
+                         peer_with_capability, ready, until_equal)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow, pytest.mark.timeout(300)]
 
 CAP = "configmaps-reader"
 PROJECT = "shop"
-
-
-def _setup(cluster) -> None:
-    api = cluster.api
-    for ns in ("consumer", PROJECT):
-        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "app", "namespace": "consumer"}})
-    api.create({"apiVersion": "deckhouse.io/v1alpha3", "kind": "Project", "metadata": {"name": PROJECT}})
-    api.create({"apiVersion": API_VERSION, "kind": "PeeringCapability", "metadata": {"name": CAP},
-                "spec": {"version": "v1", "consumers": [{"kind": "ServiceAccount", "namespace": "consumer",
-                                                         "name": "app"}],
-                         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}})
-    api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "prices", "namespace": PROJECT},
-                "data": {"cluster": cluster.name}})
 
 
 async def _healthy(cluster, name: str, timeout: float = 30.0) -> None:
@@ -59,17 +45,10 @@ async def lab(tmp_path_factory):
     async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command) as lab:
         a, b = lab["a"], lab["b"]
         for cluster in (a, b):
-            _setup(cluster)
-        create_invite(a, "to-b")
-        create_join(b, "to-a", await connection_string(a, "to-b"))
+            create_project_with_prices(cluster, PROJECT)
+        await peer_with_capability(a, b, CAP)
         for cluster, name in ((a, "to-b"), (b, "to-a")):
-            obj = await until(lambda: clusterpeer(cluster, name), what=name)
-            obj["spec"]["capabilities"] = [CAP]
-            cluster.api.update(obj)
-        for cluster, name in ((a, "to-b"), (b, "to-a")):
-            await _healthy(cluster, name)
-            await until_equal(lambda: (clusterpeer(cluster, name)["status"].get("effectiveCapabilities"),
-                                       clusterpeer(cluster, name)["status"].get("pairedProjectsCount")), ([CAP], 1))
+            await until_equal(lambda: clusterpeer(cluster, name)["status"].get("pairedProjectsCount"), 1)
         yield lab
 
 

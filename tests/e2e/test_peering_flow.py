@@ -17,8 +17,9 @@ import pytest_asyncio
 from control import pki
 from control.rules.access import audience
 from lab.testing import apiserver_backends, lab_clusters
-from peering_lab import (API_VERSION, GROUP, clusterpeer, condition, connection_string, create_invite, create_join,
-                         fast_peering_command, ready, ready_message, until, until_equal, WriteCounter)
+from peering_lab import (GROUP, clusterpeer, condition, connection_string, create_invite, create_join,
+                         create_project_with_prices, fast_peering_command, peer_with_capability, ready, ready_message,
+                         until, until_equal, WriteCounter)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -26,35 +27,15 @@ CAP = "configmaps-reader"
 PROJECT = "shop"
 
 
-def _setup(cluster) -> None:
-    api = cluster.api
-    for ns in ("consumer", PROJECT):
-        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "app", "namespace": "consumer"}})
-    api.create({"apiVersion": "deckhouse.io/v1alpha3", "kind": "Project", "metadata": {"name": PROJECT}})
-    api.create({"apiVersion": API_VERSION, "kind": "PeeringCapability", "metadata": {"name": CAP},
-                "spec": {"version": "v1", "consumers": [{"kind": "ServiceAccount", "namespace": "consumer",
-                                                         "name": "app"}],
-                         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}})
-    api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "prices", "namespace": PROJECT},
-                "data": {"cluster": cluster.name}})
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
 async def lab(request, tmp_path_factory):
     async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command,
                             apiserver=request.param) as lab:
-        for name in ("a", "b"):
-            _setup(lab[name])
         a, b = lab["a"], lab["b"]
-        cp = create_invite(a, "to-b")
-        text = await connection_string(a, "to-b")
-        create_join(b, "to-a", text)
+        for cluster in (a, b):
+            create_project_with_prices(cluster, PROJECT)
         # Both administrators open the capability (the guide's "Opening capabilities").
-        for cluster, name in ((a, "to-b"), (b, "to-a")):
-            obj = await until(lambda: clusterpeer(cluster, name), what=name)
-            obj["spec"]["capabilities"] = [CAP]
-            cluster.api.update(obj)
+        await peer_with_capability(a, b, CAP, wait=False)
         # Every test starts from a working peering, whichever runs first (or alone).
         for cluster, name in ((a, "to-b"), (b, "to-a")):
             await _active_ready(cluster, name)
