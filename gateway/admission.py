@@ -24,6 +24,7 @@ from contract import reasons
 from contract.errors import Refusal
 from contract.names import audience
 from contract.paths import EGRESS_PREFIX, PEER_OPS, PEER_PREFIX
+from gateway import catchup
 from gateway.headers import Fields, bearer, request_head, screen_request
 from gateway.registry import Peer
 from gateway.state import GatewayState
@@ -164,8 +165,17 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
     verified = tokens.get(token_hash)
     if verified is None or verified.peer != peer.name:
         token = token or bearer(auth.decode("latin-1"), limits.max_token_bytes)  # type: ignore[union-attr]
-        verified = tokens.verify(token, token_hash, peer, registry, now=now, skew=limits.token_skew,
-                                 max_bytes=limits.max_token_bytes)
+        try:
+            verified = tokens.verify(token, token_hash, peer, registry, now=now, skew=limits.token_skew,
+                                     max_bytes=limits.max_token_bytes)
+        except Refusal as refusal:
+            # A registry behind the status the peer's consumer acted on: wait for the next one (catchup.py).
+            if limits.registry_catch_up <= 0 or not catchup.entrance_may_lift(registry, peer, refusal, token):
+                raise
+            return catchup.NeedsRegistry(
+                refusal, registry.generation, lambda: admit_entrance(state, client, fingerprint, method, target,
+                                                                     fields, length, chunked),
+                b"watch" in target and is_watch(target), state.loop.time() + limits.registry_catch_up)
     elif verified.expires + limits.token_skew <= now:
         tokens.forget(token_hash)
         raise Refusal(401, reasons.TOKEN_EXPIRED, "the token has expired; read the projected token file again")
@@ -239,9 +249,9 @@ def admit_egress(state: GatewayState, client: ClientState, method: bytes, target
     limits = state.limits
     _check_body(length, limits.max_body_bytes)
     token = bearer(auth.decode("latin-1") if auth is not None else None, limits.max_token_bytes)
-    if not peer.effective:
-        raise Refusal(403, reasons.NO_EFFECTIVE_CAPABILITY, f"no capability is effective for peering {peer.name}; "
-                      "open one in spec.capabilities on both clusters")
+    if not peer.effective and not (limits.registry_catch_up > 0 and catchup.egress_behind(state.registry, peer,
+                                                                                            token)):
+        raise _no_effective(peer)
     claims = unverified_claims(token) or {}
     _check_audience(claims, peer)
     ttl = limits.token_review_ttl
@@ -291,16 +301,29 @@ def _method_refused(method: bytes) -> Refusal:
 async def complete(state: GatewayState, client: ClientState, decision: Decision) -> Admitted:
     """The Admitted of a decision, after the exchange or review it waits for (through the state's caches, which
     share one call among concurrent requests of one token); the Refusal of that step otherwise."""
+    if isinstance(decision, catchup.NeedsRegistry):
+        decision = await decision.settle(state)  # type: ignore[assignment]
     if isinstance(decision, Admitted):
         return decision
     if isinstance(decision, NeedsExchange):
         exchanged = await state.exchange.get(decision.connector, decision.token_hash, decision.token,
                                              not_after=decision.not_after)
         return decision.admit(exchanged)
+    if state.limits.registry_catch_up > 0 and catchup.egress_behind(state.registry, decision.peer, decision.token):
+        # The consumer asks for a capability this registry does not serve yet: wait for one that does.
+        peer = await catchup.egress_caught_up(state, decision.peer, decision.token)
+        decision.peer, decision.key = peer, f"{peer.name}/{state.registry.generation}"
+    if not decision.peer.effective:
+        raise _no_effective(decision.peer)
     # The review answers the granted capabilities, joined by commas (tokenreview.TokenReviewer).
     client.capabilities = await state.reviews.get(decision.key, decision.token_hash, decision.token,
                                                   not_after=decision.not_after) or "-"
     return decision.admit()
+
+
+def _no_effective(peer: Peer) -> Refusal:
+    return Refusal(403, reasons.NO_EFFECTIVE_CAPABILITY, f"no capability is effective for peering {peer.name}; "
+                   "open one in spec.capabilities on both clusters")
 
 
 def upstream_refusal(err: UpstreamError) -> Refusal:

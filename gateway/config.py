@@ -29,6 +29,9 @@ class Limits:
     """Open entrance connections of one peer (by certificate fingerprint) per worker."""
     handshake_timeout: float = 10.0
     """Seconds a client has to complete the TLS handshake."""
+    request_head_timeout: float = 10.0
+    """Seconds a client has, from the first bytes of a request head, to send all of it (every listener, both
+    entrance paths); later gives 408 RequestTimeout and the connection is closed. A body is bounded by size."""
     idle_timeout: float = 330.0
     """Seconds a client connection may stay silent between requests, and an upstream may take to begin its
     answer. A stream that has begun (a watch) is never cut for silence: a client waiting on a quiet resource is
@@ -54,6 +57,10 @@ class Limits:
     """Token exchanges at Dex one peer's consumers may cause per second, over the whole process (its workers
     share one exchange cache); beyond it and the burst a new token gets 429 TokenExchangeRateLimited with a
     Retry-After. A cached token costs nothing: the bound is on distinct new tokens. 0 turns the bound off."""
+    registry_catch_up: float = 2.0
+    """Longest a request waits for a newer registry when only a registry behind the status explains its refusal
+    (a capability that exists here, is Accepted and lists the consumer, but is not effective for the peer yet:
+    the control loop wrote the status a moment ago); then the refusal is answered. 0 refuses at once."""
     exchange_burst_per_peer: float = 200.0
     """Exchanges one peer may cause at once before `exchanges_per_peer_per_second` applies (a peer's consumers
     all starting together, each with a fresh token)."""

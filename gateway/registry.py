@@ -47,6 +47,9 @@ class Peer:
     peer_ca_pem: bytes | None
     client_cert_pem: bytes | None
     client_key_pem: bytes | None
+    opened: frozenset[str] = frozenset()
+    """spec.capabilities of the ClusterPeer here: what the administrator opened, effective or not yet. A refusal
+    for an opened capability that is not effective yet may be a registry behind the status (catchup.py)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,9 @@ def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:
     uuid = peer_status.get("clusterUUID") or _text(_b64(data.get("peer-uuid"))) or ""
     effective = status.get("effectiveCapabilities")
     effective_set = frozenset(c for c in effective if isinstance(c, str)) if isinstance(effective, list) else frozenset()
+    spec = clusterpeer.get("spec") if isinstance(clusterpeer.get("spec"), dict) else {}
+    opened = spec.get("capabilities")
+    opened_set = frozenset(c for c in opened if isinstance(c, str)) if isinstance(opened, list) else frozenset()
     issuer_url = issuer.get("url") if isinstance(issuer.get("url"), str) and issuer.get("url") else None
     jwks = issuer.get("jwks") if isinstance(issuer.get("jwks"), str) and issuer.get("jwks") else None
     return Peer(
@@ -149,6 +155,7 @@ def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:
         peer_ca_pem=_b64(data.get("peer-ca.crt")) or None,
         client_cert_pem=_b64(data.get("client.crt")) or None,
         client_key_pem=_b64(data.get("client.key")) or None,
+        opened=opened_set,
     )
 
 

@@ -45,6 +45,8 @@ class GatewayState:
         self.registry = registry
         self.tokens = VerifiedTokens()
         self.connections = PeerConnections(limits.max_connections_per_peer, metrics)
+        #: Set (and replaced) at every publish: requests waiting for a newer registry (catchup.py) wake on it.
+        self.published = asyncio.Event()
         #: The open proxied requests with what admitted them: closed when a registry or the clock withdraws it.
         self.streams = OpenStreams(loop)
         self.resolver = resolver
@@ -90,6 +92,8 @@ class GatewayState:
         if old.generation != registry.generation or old is not registry:
             self.tokens.clear()
         self.connections.close_gone(registry.by_fingerprint)
+        published, self.published = self.published, asyncio.Event()
+        published.set()
         self.streams.recheck(registry)
 
     def peer_pool(self, peer: Peer) -> UpstreamPool:

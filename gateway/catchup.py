@@ -1,0 +1,133 @@
+"""A registry that is about to serve what the status already says: the gateway waits for it, briefly.
+
+The control loop writes a ClusterPeer's status (effectiveCapabilities, access, grants) and then, through its
+watches, publishes the registry built from it; a module's controller that starts the moment `status.access` shows
+an audience can reach a gateway whose registry is 30-100 ms behind, here (the egress) or at the peer (the
+entrance, whose control loop learns of the capability from our offer a moment after ours did). A refusal that
+only a registry behind the status explains (TokenAudienceMismatch or NoEffectiveCapability for a capability
+that the ClusterPeer opens here, that exists here, is Accepted and lists the token's ServiceAccount as a
+consumer, but is not effective for the peer yet) is therefore held for at most `Limits.registry_catch_up` seconds: each newer registry admits the
+request again, and the first that lets it pass answers it; when none does in time, the original refusal is
+answered. Any other refusal is answered at once. Nothing here does I/O but waiting for the next registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+from typing import TYPE_CHECKING, Callable
+
+from contract import reasons
+from contract.errors import Refusal
+from contract.names import audience
+from gateway.consumers import service_account
+from gateway.registry import Peer, Registry
+
+if TYPE_CHECKING:
+    from gateway.state import GatewayState
+
+#: The refusals a registry that is behind the status can cause.
+LIFTABLE = frozenset({reasons.TOKEN_AUDIENCE_MISMATCH, reasons.NO_EFFECTIVE_CAPABILITY})
+
+
+def claims_of(token: str) -> dict:
+    """A JWT's claims without checking them (an empty dict for anything else): only to decide whether to wait."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return {}
+    try:
+        value = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _audiences(claims: dict) -> list[str]:
+    aud = claims.get("aud")
+    return [aud] if isinstance(aud, str) else [a for a in aud if isinstance(a, str)] if isinstance(aud, list) else []
+
+
+def _coming(registry: Registry, peer: Peer, names: set[str], subject: object) -> bool:
+    """Whether one of the capabilities `names` is not effective for `peer` yet but would serve `subject` once it
+    is: the administrator opened it for the peer (spec.capabilities), it exists here, is Accepted and lists the
+    ServiceAccount as a consumer. A capability closed here is never waited for: its refusal is at once."""
+    account = service_account(subject)
+    if account is None:
+        return False
+    for name in (names & peer.opened) - peer.effective:
+        cap = registry.capabilities.get(name)
+        if cap is not None and cap.accepted and account in cap.consumers:
+            return True
+    return False
+
+
+def entrance_may_lift(registry: Registry, peer: Peer, refusal: Refusal, token: str) -> bool:
+    """A peer's token refused for its audience (after its signature, issuer and times verified) that names a
+    capability of this cluster about to become effective for the peer."""
+    if refusal.reason not in LIFTABLE:
+        return False
+    claims = claims_of(token)
+    prefix = audience(registry.cluster_uuid, "")
+    names = {a[len(prefix):] for a in _audiences(claims) if a.startswith(prefix)}
+    return _coming(registry, peer, names, claims.get("sub"))
+
+
+def egress_behind(registry: Registry, peer: Peer, token: str) -> bool:
+    """A local consumer's token whose audience names a capability of `peer` that this registry does not serve
+    yet but will once it is effective (the claims are checked by the TokenReview that follows)."""
+    claims = claims_of(token)
+    names = {c for c in registry.capabilities if audience(peer.uuid, c) in _audiences(claims)}
+    return _coming(registry, peer, names, claims.get("sub"))
+
+
+async def newer_registry(state: "GatewayState", generation: int, deadline: float) -> bool:
+    """Wait until the state decides on a registry other than `generation`, or until `deadline` (loop time)."""
+    loop = asyncio.get_running_loop()
+    while state.registry.generation == generation:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return False
+        try:
+            await asyncio.wait_for(state.published.wait(), remaining)
+        except asyncio.TimeoutError:
+            return False
+    return True
+
+
+class NeedsRegistry:
+    """An entrance request refused (`refusal`) on registry `generation` in a way a newer registry may lift:
+    `again()` admits it once more. `watch` is the request's, as the other decisions carry it."""
+
+    __slots__ = ("refusal", "generation", "again", "watch", "deadline")
+
+    def __init__(self, refusal: Refusal, generation: int, again: Callable[[], object], watch: bool,
+                 deadline: float) -> None:
+        self.refusal, self.generation, self.again, self.watch, self.deadline = (refusal, generation, again, watch,
+                                                                                 deadline)
+
+    async def settle(self, state: "GatewayState") -> object:
+        """The decision of the first newer registry that admits the request (or refuses it for another reason);
+        the original refusal if none comes in time."""
+        decision: object = self
+        while isinstance(decision, NeedsRegistry):
+            if not await newer_registry(state, decision.generation, self.deadline):
+                raise decision.refusal
+            decision = decision.again()
+        return decision
+
+
+async def egress_caught_up(state: "GatewayState", peer: Peer, token: str) -> Peer:
+    """The peer as the first registry that serves the consumer's capability has it, or as the last one when none
+    does within `Limits.registry_catch_up` (its refusal is then the TokenReview's or NoEffectiveCapability)."""
+    deadline = asyncio.get_running_loop().time() + state.limits.registry_catch_up
+    while True:
+        registry = state.registry
+        current = registry.peers.get(peer.name)
+        if current is None:
+            return peer
+        peer = current
+        if not egress_behind(registry, peer, token) or not await newer_registry(state, registry.generation,
+                                                                                 deadline):
+            return peer

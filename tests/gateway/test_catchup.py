@@ -1,0 +1,169 @@
+"""A registry behind the status (gateway/catchup.py): a request for a capability the ClusterPeer opens here but
+that is not effective in this registry yet waits, bounded, for a newer registry; any other refusal is at once."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from types import MappingProxyType
+
+import pytest
+
+from contract.errors import Refusal
+from gateway.admission import ClientState, NeedsReview, admit_egress, admit_entrance, complete
+from gateway.catchup import NeedsRegistry
+from gateway.exchange import ExchangeCache
+from gateway.metrics import Metrics
+from gateway.registry import Registry, cert_fingerprints
+from gateway.server import Gateway
+from gateway.state import GatewayState
+from tests.gateway.support import (ENTRANCE_HOST, PEER_UUID, DexState, Upstream, b64, gateway_config, load_certs,
+                                   make_token, registry_for)
+
+URL = f"https://{ENTRANCE_HOST}"
+
+
+def registry(pki, issuer_key, *, generation: int, effective: tuple[str, ...], opened: tuple[str, ...] = ("read-pods",),
+             entrance: str | None = "peering-gateway.peer.lab:443") -> Registry:
+    """registry_for's peer, with spec.capabilities `opened` (what the ClusterPeer opens here)."""
+    base = registry_for(pki, issuer_key, generation=generation, effective=effective, entrance=entrance)
+    peers = {n: dataclasses.replace(p, opened=frozenset(opened)) for n, p in base.peers.items()}
+    by_fp = {fp: peers[p.name] for fp, p in base.by_fingerprint.items()}
+    return dataclasses.replace(base, peers=MappingProxyType(peers), by_fingerprint=MappingProxyType(by_fp))
+
+
+def fields(token: str) -> list[tuple[bytes, bytes]]:
+    return [(b"Host", b"x"), (b"Authorization", b"Bearer " + token.encode())]
+
+
+@pytest.fixture
+async def state(pki, issuer_key):
+    st = GatewayState.open(gateway_config(pki, Upstream(port=1), DexState(port=1), registry_catch_up=5.0),
+                           Metrics(), registry(pki, issuer_key, generation=1, effective=()))
+    reviews: list[str] = []
+
+    async def exchange(connector: str, token: str) -> tuple[str, float]:
+        return "exchanged", 300.0
+
+    async def review(key: str, token: str) -> tuple[str, float]:
+        reviews.append(key)
+        return "read-pods", 60.0
+
+    real = st.exchange, st.reviews
+    st.exchange, st.reviews = ExchangeCache(exchange, margin=30), ExchangeCache(review, margin=0)
+    st.reviewed = reviews  # type: ignore[attr-defined]
+    yield st
+    for cache in (st.exchange, st.reviews):
+        await cache.close()
+    st.exchange, st.reviews = real
+    await st.close()
+
+
+@pytest.fixture
+def fp(pki):
+    (fingerprint,) = cert_fingerprints(pki["peer"].cert_chain_pems[0].bytes())
+    return fingerprint
+
+
+async def _pending(task: asyncio.Task) -> None:
+    """Let the task run until it waits (for the next registry); it must not have finished."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not task.done(), task
+
+
+async def test_an_entrance_request_for_an_opened_capability_waits_for_the_registry_that_serves_it(
+        state, fp, pki, issuer_key):
+    client = ClientState()
+    decision = admit_entrance(state, client, fp, b"GET", b"/api/v1/pods?watch=1", fields(make_token(issuer_key)))
+    assert isinstance(decision, NeedsRegistry) and decision.watch and decision.refusal.reason == "TokenAudienceMismatch"
+    task = asyncio.ensure_future(complete(state, client, decision))
+    await _pending(task)
+    state.publish(registry(pki, issuer_key, generation=2, effective=()))  # a registry still behind: waits on
+    await _pending(task)
+    state.publish(registry(pki, issuer_key, generation=3, effective=("read-pods",)))
+    admitted = await asyncio.wait_for(task, 5)
+    assert b"Authorization: Bearer exchanged" in admitted.head and admitted.watch
+    assert client.capabilities == "read-pods"
+
+
+async def test_no_newer_registry_in_time_answers_the_refusal(state, fp, issuer_key):
+    state.limits.registry_catch_up = 0.2
+    decision = admit_entrance(state, ClientState(), fp, b"GET", b"/api", fields(make_token(issuer_key)))
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(Refusal) as refused:
+        await asyncio.wait_for(complete(state, ClientState(), decision), 5)
+    assert (refused.value.code, refused.value.reason) == (401, "TokenAudienceMismatch")
+    assert loop.time() - start >= 0.2
+
+
+async def test_a_capability_not_opened_or_not_consumed_is_refused_at_once(state, fp, pki, issuer_key):
+    state.publish(registry(pki, issuer_key, generation=2, effective=(), opened=()))
+    with pytest.raises(Refusal, match="TokenAudienceMismatch"):
+        admit_entrance(state, ClientState(), fp, b"GET", b"/api", fields(make_token(issuer_key)))
+    state.publish(registry(pki, issuer_key, generation=3, effective=()))
+    with pytest.raises(Refusal, match="TokenAudienceMismatch"):  # opened, but this subject is no consumer of it
+        admit_entrance(state, ClientState(), fp, b"GET", b"/api",
+                       fields(make_token(issuer_key, sub="system:serviceaccount:mod:other")))
+    state.limits.registry_catch_up = 0
+    with pytest.raises(Refusal, match="TokenAudienceMismatch"):  # waiting turned off
+        admit_entrance(state, ClientState(), fp, b"GET", b"/api", fields(make_token(issuer_key)))
+
+
+async def test_an_egress_request_waits_for_the_registry_that_serves_its_audience(state, pki, issuer_key):
+    token = make_token(issuer_key, aud=[f"peering.deckhouse.io/{PEER_UUID}/read-pods"])
+    client = ClientState()
+    decision = admit_egress(state, client, b"GET", b"/peers/peer/api/v1/pods", fields(token))
+    assert isinstance(decision, NeedsReview)  # NoEffectiveCapability is not answered yet
+    task = asyncio.ensure_future(complete(state, client, decision))
+    await _pending(task)
+    assert state.reviewed == []  # no TokenReview asked for audiences the registry does not serve yet
+    state.publish(registry(pki, issuer_key, generation=2, effective=("read-pods",)))
+    admitted = await asyncio.wait_for(task, 5)
+    assert admitted.head.startswith(b"GET /api/v1/pods HTTP/1.1\r\n") and state.reviewed == ["peer/2"]
+    assert decision.peer.effective == {"read-pods"} and client.capabilities == "read-pods"
+    # A capability this ClusterPeer does not open: NoEffectiveCapability at once.
+    state.publish(registry(pki, issuer_key, generation=3, effective=(), opened=()))
+    with pytest.raises(Refusal, match="NoEffectiveCapability"):
+        admit_egress(state, ClientState(), b"GET", b"/peers/peer/api/v1/pods", fields(token))
+
+
+async def test_over_tls_both_entrance_paths_answer_once_the_registry_catches_up(pki, issuer_key, upstream, dex,
+                                                                                 handlers, session_for):
+    gw = Gateway(gateway_config(pki, upstream, dex, registry_catch_up=10.0), handlers)
+    await gw.start()
+    try:
+        load_certs(gw, pki)
+        gw.publish(registry(pki, issuer_key, generation=1, effective=()))
+        session = session_for(gw)
+        token = make_token(issuer_key)
+        auth = {"Authorization": f"Bearer {token}"}
+
+        async def call(method: str, body: bytes | None) -> int:
+            async with session.request(method, URL + "/api/v1/namespaces/x/configmaps", data=body,
+                                       headers=auth) as r:
+                return r.status
+
+        # The raw path (a plain GET) and the aiohttp path (a body) both wait.
+        calls = [asyncio.ensure_future(call("GET", None)), asyncio.ensure_future(call("POST", b"{}"))]
+        async with asyncio.timeout(10):
+            while gw.metrics.registry.get_sample_value("peering_gateway_requests_in_flight",
+                                                       {"listener": "entrance"}) != 2:
+                await asyncio.sleep(0.01)
+        assert not any(c.done() for c in calls)
+        gw.publish(registry(pki, issuer_key, generation=2, effective=("read-pods",)))
+        assert await asyncio.wait_for(asyncio.gather(*calls), 10) == [200, 200]
+        assert dex.calls == 1
+    finally:
+        await gw.stop()
+
+
+def test_the_registry_keeps_what_the_clusterpeer_opens(pki, issuer_key):
+    base = registry_for(pki, issuer_key)
+    cp = {"metadata": {"name": "peer"}, "spec": {"capabilities": ["read-pods", 7, "write-pods"]},
+          "status": {"effectiveCapabilities": ["read-pods"]}}
+    secret = {"metadata": {"name": "peer-peer"}, "data": {"issued.crt": b64(pki["peer"].cert_chain_pems[0].bytes())}}
+    peer = Registry.from_objects(cluster_uuid=base.cluster_uuid, clusterpeers=[cp], peer_secrets=[secret],
+                                 capabilities=[], generation=1).peers["peer"]
+    assert peer.opened == {"read-pods", "write-pods"} and peer.effective == {"read-pods"}
