@@ -101,7 +101,7 @@ def load_cert(cert_pem: str | bytes) -> x509.Certificate:
     """The first certificate of a PEM text; PKIError NotACertificate when there is none."""
     try:  # a lone surrogate of a JSON string fails to encode: a ValueError too
         return x509.load_pem_x509_certificate(cert_pem.encode() if isinstance(cert_pem, str) else cert_pem)
-    except ValueError as exc:
+    except (ValueError, x509.InvalidVersion) as exc:  # InvalidVersion is no ValueError
         raise PKIError("NotACertificate", f"expected a PEM certificate, could not parse it: {exc}") from None
 
 
@@ -109,7 +109,7 @@ def load_certs(bundle_pem: str | bytes) -> list[x509.Certificate]:
     """Every certificate of a PEM bundle; PKIError NotACertificate when there is none."""
     try:
         certs = x509.load_pem_x509_certificates(bundle_pem.encode() if isinstance(bundle_pem, str) else bundle_pem)
-    except ValueError as exc:
+    except (ValueError, x509.InvalidVersion) as exc:
         raise PKIError("NotACertificate", f"expected PEM certificates, could not parse them: {exc}") from None
     return certs
 
@@ -265,7 +265,7 @@ def load_csr(csr_pem: str) -> x509.CertificateSigningRequest:
     """A CSR checked for what a peering CA signs: ECDSA P-256 key and a valid self-signature."""
     try:
         csr = x509.load_pem_x509_csr(csr_pem.encode() if isinstance(csr_pem, str) else csr_pem)
-    except ValueError:
+    except (ValueError, x509.InvalidVersion):
         raise PKIError(reasons.INVALID_CSR, "the certificate request is not a PEM CSR; send a PEM CERTIFICATE REQUEST") from None
     try:
         key = csr.public_key()

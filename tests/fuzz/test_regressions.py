@@ -55,3 +55,32 @@ def test_a_lone_surrogate_in_a_pem_field_is_refused(field):
 def test_own_keys_problem_reads_any_offer(offer):
     # Was an AttributeError for an issuer that is not an object (the callers validate first; the rule is total).
     assert offer_rules.own_keys_problem(offer, {"issuer": {"jwks": '{"keys": []}'}}) is None
+
+
+def _with_version(pem: str, marker: bytes, version: int) -> str:
+    der = base64.b64decode("".join(pem.strip().splitlines()[1:-1]))
+    assert der.count(marker) >= 1
+    der = der.replace(marker, marker[:-1] + bytes([version]), 1)
+    kind = pem.splitlines()[0]
+    body = base64.b64encode(der).decode()
+    return kind + "\n" + "\n".join(re.findall(".{1,64}", body)) + "\n" + kind.replace("BEGIN", "END") + "\n"
+
+
+def test_a_csr_or_certificate_of_an_unknown_version_is_refused():
+    # Found by atheris (fuzz/csr.py): x509.InvalidVersion, which is no ValueError, escaped load_csr; the same
+    # holds for certificates (a CA bundle of a join).
+    csr = _with_version(pki.make_key_and_csr("3f0c2f4e-1d5b-4c9a-9b7e-2a6f0e1c3d4b").cert_pem, b"\x02\x01\x00", 1)
+    with pytest.raises(pki.PKIError) as caught:
+        pki.load_csr(csr)
+    assert caught.value.reason == "InvalidCSR"
+    with pytest.raises(join_rules.JoinError):
+        join_rules.parse_join_request(dict(_good_join_body(), csr=csr))
+    from datetime import datetime, timezone
+
+    ca = pki.create_ca("x", now=datetime(2026, 12, 1, tzinfo=timezone.utc)).cert_pem
+    bad_ca = _with_version(ca, b"\xa0\x03\x02\x01\x02", 7)  # [0] EXPLICIT INTEGER 2 (v3) made 7
+    for load in (pki.load_cert, pki.load_certs):
+        with pytest.raises(pki.PKIError):
+            load(bad_ca)
+    with pytest.raises(join_rules.JoinError):
+        join_rules.parse_join_request(dict(_good_join_body(), caBundle=bad_ca))
