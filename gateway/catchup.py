@@ -4,7 +4,8 @@ The control loop writes a ClusterPeer's status (effectiveCapabilities, access, g
 watches, publishes the registry built from it; a module's controller that starts the moment `status.access` shows
 an audience can reach a gateway whose registry is 30-100 ms behind, here (the egress) or at the peer (the
 entrance, whose control loop learns of the capability from our offer a moment after ours did). A refusal that
-only a registry behind the status explains (TokenAudienceMismatch or NoEffectiveCapability for a capability
+only a registry behind the status explains (PeerIssuerUnknown before the peer's first offer, TokenAudienceMismatch
+or NoEffectiveCapability for a capability
 that the ClusterPeer opens here, that exists here, is Accepted and lists the token's ServiceAccount as a
 consumer, but is not effective for the peer yet) is therefore held for at most `Limits.registry_catch_up` seconds: each newer registry admits the
 request again, and the first that lets it pass answers it; when none does in time, the original refusal is
@@ -28,8 +29,10 @@ from gateway.registry import Peer, Registry
 if TYPE_CHECKING:
     from gateway.state import GatewayState
 
-#: The refusals a registry that is behind the status can cause.
-LIFTABLE = frozenset({reasons.TOKEN_AUDIENCE_MISMATCH, reasons.NO_EFFECTIVE_CAPABILITY})
+#: The refusals a registry that is behind the status can cause: at the entrance, the peer's issuer not known yet
+#: (its first offer is on its way) or the token's capability not effective yet; at the egress, no capability
+#: effective yet.
+LIFTABLE = frozenset({reasons.PEER_ISSUER_UNKNOWN, reasons.TOKEN_AUDIENCE_MISMATCH, reasons.NO_EFFECTIVE_CAPABILITY})
 
 
 def claims_of(token: str) -> dict:
@@ -64,9 +67,10 @@ def _coming(registry: Registry, peer: Peer, names: set[str], subject: object) ->
 
 
 def entrance_may_lift(registry: Registry, peer: Peer, refusal: Refusal, token: str) -> bool:
-    """A peer's token refused for its audience (after its signature, issuer and times verified) that names a
-    capability of this cluster about to become effective for the peer."""
-    if refusal.reason not in LIFTABLE:
+    """A peer's token refused for its audience (after its signature, issuer and times verified), or because the
+    peer's issuer is not known yet, whose audience names a capability of this cluster about to become effective
+    for the peer. (Waiting admits nothing: the next registry verifies the token from the start.)"""
+    if refusal.reason not in LIFTABLE or (refusal.reason == reasons.PEER_ISSUER_UNKNOWN and peer.jwks_json):
         return False
     claims = claims_of(token)
     prefix = audience(registry.cluster_uuid, "")

@@ -167,3 +167,17 @@ def test_the_registry_keeps_what_the_clusterpeer_opens(pki, issuer_key):
     peer = Registry.from_objects(cluster_uuid=base.cluster_uuid, clusterpeers=[cp], peer_secrets=[secret],
                                  capabilities=[], generation=1).peers["peer"]
     assert peer.opened == {"read-pods", "write-pods"} and peer.effective == {"read-pods"}
+
+
+async def test_before_the_peers_first_offer_its_consumers_token_waits_for_the_issuer(state, fp, pki, issuer_key):
+    issuer_less = registry(pki, issuer_key, generation=2, effective=())
+    peers = {n: dataclasses.replace(p, issuer_url=None, jwks_json=None) for n, p in issuer_less.peers.items()}
+    state.publish(dataclasses.replace(issuer_less, peers=MappingProxyType(peers), by_fingerprint=MappingProxyType(
+        {f: peers[p.name] for f, p in issuer_less.by_fingerprint.items()})))
+    client = ClientState()
+    decision = admit_entrance(state, client, fp, b"GET", b"/api", fields(make_token(issuer_key)))
+    assert isinstance(decision, NeedsRegistry) and decision.refusal.reason == "PeerIssuerUnknown"
+    task = asyncio.ensure_future(complete(state, client, decision))
+    await _pending(task)
+    state.publish(registry(pki, issuer_key, generation=3, effective=("read-pods",)))
+    assert b"Bearer exchanged" in (await asyncio.wait_for(task, 5)).head
