@@ -197,7 +197,10 @@ def validate_offer(offer, *, size: int | None = None) -> OfferCheck:
             return _bad("issuer is not an object")
         url = issuer.get("url")
         if url:
-            parts = urlsplit(url) if isinstance(url, str) else None
+            try:
+                parts = urlsplit(url) if isinstance(url, str) else None
+            except ValueError:  # an unbalanced "[" of an IPv6 literal
+                parts = None
             if parts is None or parts.scheme not in ("https", "http") or not parts.hostname or len(url) > 2048:
                 return _bad("issuer.url is not an http(s) URL")
         if issuer.get("jwks"):

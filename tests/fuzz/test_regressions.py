@@ -84,3 +84,16 @@ def test_a_csr_or_certificate_of_an_unknown_version_is_refused():
             load(bad_ca)
     with pytest.raises(join_rules.JoinError):
         join_rules.parse_join_request(dict(_good_join_body(), caBundle=bad_ca))
+
+
+@pytest.mark.parametrize("url", ["https://[", "https://[::1", "http://]x[", "https://[zz]/"])
+def test_an_issuer_url_with_a_broken_ipv6_literal_is_refused(url):
+    # Found by atheris (fuzz/offer.py, fuzz/join_body.py): urlsplit's ValueError escaped validate_offer, and so
+    # the join's parser and the pull of an offer.
+    check = offer_rules.validate_offer({"issuer": {"url": url}})
+    assert (check.ok, check.reason) == (False, "OfferInvalid") and "issuer.url" in check.message
+    body = _good_join_body()
+    body["offer"]["issuer"]["url"] = url
+    with pytest.raises(join_rules.JoinError) as refused:
+        join_rules.parse_join_request(body)
+    assert refused.value.reason == "OfferInvalid"
