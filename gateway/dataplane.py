@@ -77,7 +77,7 @@ class DataPlane:
         state = self.state = GatewayState.open(cfg, self.metrics, registry, self._on_exchange)
         http_kwargs = dict(max_line_size=limits.max_header_bytes, max_field_size=limits.max_header_bytes,
                            max_headers=limits.max_headers, keepalive_timeout=limits.idle_timeout,
-                           auto_decompress=False, read_bufsize=_CHUNK)
+                           auto_decompress=False, read_bufsize=_CHUNK, head_timeout=limits.request_head_timeout)
         entrance_http = HTTPServer(Entrance(state, self.handlers), **http_kwargs)
         egress_http = HTTPServer(Egress(state), **http_kwargs)
         join_http = HTTPServer(Join(state, self.handlers), **http_kwargs)

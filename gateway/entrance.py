@@ -18,6 +18,7 @@ import asyncio
 import time
 from typing import Any, Callable
 
+from contract import reasons
 from contract.errors import Refusal
 from contract.paths import PEER_PREFIX
 from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entrance, closes_connection, complete,
@@ -37,7 +38,7 @@ class EntranceProtocol(asyncio.Protocol):
 
     __slots__ = ("state", "fallback", "transport", "peering_fp", "peering_on_lost", "reader", "client", "busy",
                  "relay", "task", "close_after", "last", "timer", "paused", "reading_paused", "code", "method",
-                 "path", "start", "watch", "handed", "head", "retried")
+                 "path", "start", "watch", "handed", "head", "retried", "head_timer")
 
     def __init__(self, state: GatewayState, fallback: Callable[[], asyncio.Protocol]) -> None:
         self.state = state
@@ -64,6 +65,7 @@ class EntranceProtocol(asyncio.Protocol):
         self.handed = False
         self.head = b""
         self.retried = False
+        self.head_timer: asyncio.TimerHandle | None = None
 
     # ----- connection -------------------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -116,6 +118,7 @@ class EntranceProtocol(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        self._head_done()
         if self.task is not None:
             self.task.cancel()
             self.task = None
@@ -140,15 +143,36 @@ class EntranceProtocol(asyncio.Protocol):
                 self._handover()  # the aiohttp path answers it (a 431 for an oversized head) or waits for the rest
                 return
             self.last = self.state.loop.time()
+            if self.head_timer is not None:
+                self._head_done()
             self._request(event)  # type: ignore[arg-type]
-        if self.reading_paused and not self.busy and self.transport is not None:
-            self.reading_paused = False
-            self.transport.resume_reading()
+        if not self.busy and self.transport is not None:
+            if self.reader.buffer and self.head_timer is None:  # a head begun: it has a deadline from now
+                self.head_timer = self.state.loop.call_later(self.state.limits.request_head_timeout, self._head_late)
+            if self.reading_paused:
+                self.reading_paused = False
+                self.transport.resume_reading()
+
+    def _head_done(self) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+
+    def _head_late(self) -> None:
+        """A request head not complete in time (a slow client trickling it): 408, and the connection ends."""
+        self.head_timer = None
+        if self.transport is None or self.busy or self.handed:
+            return
+        limit = self.state.limits.request_head_timeout
+        self.transport.write(status_answer(408, reasons.REQUEST_TIMEOUT, f"the request head was not complete within "
+                                           f"{limit:g} s; send the whole head at once", close=True))
+        self.transport.close()
 
     def _handover(self) -> None:
         """Give this connection, from the request at the start of the buffer on, to the aiohttp path."""
         connections = self.state.connections
         self.handed = True
+        self._head_done()  # the aiohttp path keeps its own deadline from here
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Callable
 
@@ -9,7 +10,7 @@ from aiohttp import web, web_protocol, web_server
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 
 from contract import reasons
-from gateway.status import status_body
+from gateway.status import status_answer, status_body
 from gateway.tls import connection_ended
 
 log = logging.getLogger("gateway")
@@ -45,10 +46,40 @@ def parse_error_status(status: int, exc: BaseException | None) -> tuple[int, str
 
 
 class HTTPProtocol(web_protocol.RequestHandler):
-    """One HTTP/1.1 connection. `peering_fp` is the client certificate fingerprint on the entrance."""
+    """One HTTP/1.1 connection. `peering_fp` is the client certificate fingerprint on the entrance.
+
+    A request head must be complete within `head_timeout` seconds of its first bytes (of the connection, or after
+    the previous request's handler): a client trickling one is answered 408 and closed."""
 
     peering_fp: str | None = None
     peering_on_lost: Callable[["HTTPProtocol"], None] | None = None
+    head_timeout: float = 10.0
+    _head_timer: asyncio.TimerHandle | None = None
+    _in_handler: bool = False
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_timer is None and not self._in_handler and data:
+            self._head_timer = asyncio.get_running_loop().call_later(self.head_timeout, self._head_late)
+        super().data_received(data)
+
+    def head_received(self) -> None:
+        """A request head is complete: its handler runs (with a body, as slowly as the body limits allow)."""
+        self._in_handler = True
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def handler_done(self) -> None:
+        self._in_handler = False
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        transport = self.transport
+        if transport is None or self._in_handler:
+            return
+        transport.write(status_answer(408, reasons.REQUEST_TIMEOUT, f"the request head was not complete within "
+                                      f"{self.head_timeout:g} s; send the whole head at once", close=True))
+        transport.close()
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
@@ -61,16 +92,31 @@ class HTTPProtocol(web_protocol.RequestHandler):
         return status_response(code, cause, text, close=True)
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
         connection_ended(self)
         super().connection_lost(exc)
 
 
 class HTTPServer(web_server.Server):
-    """aiohttp's low-level server (no router, no middlewares) making HTTPProtocol connections."""
+    """aiohttp's low-level server (no router, no middlewares) making HTTPProtocol connections; `head_timeout`
+    bounds the time a request head may take to arrive."""
 
-    def __init__(self, handler: Callable, **kwargs: Any) -> None:
-        super().__init__(handler, handler_cancellation=True, access_log=None, **kwargs)
+    def __init__(self, handler: Callable, *, head_timeout: float = 10.0, **kwargs: Any) -> None:
+        async def handle(request: web.BaseRequest) -> web.StreamResponse:
+            proto: HTTPProtocol = request.protocol  # type: ignore[assignment]
+            proto.head_received()
+            try:
+                return await handler(request)
+            finally:
+                proto.handler_done()
+
+        super().__init__(handle, handler_cancellation=True, access_log=None, **kwargs)
+        self.head_timeout = head_timeout
 
     def __call__(self) -> HTTPProtocol:
-        return HTTPProtocol(self, loop=self._loop, **self._kwargs)
+        proto = HTTPProtocol(self, loop=self._loop, **self._kwargs)
+        proto.head_timeout = self.head_timeout
+        return proto
 

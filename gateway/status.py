@@ -19,9 +19,9 @@ def status_body(code: int, reason: str, message: str, retry_after: int | None = 
 
 
 _PHRASES = {400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden", 404: b"Not Found",
-            405: b"Method Not Allowed", 413: b"Request Entity Too Large", 429: b"Too Many Requests",
-            431: b"Request Header Fields Too Large", 500: b"Internal Server Error", 502: b"Bad Gateway",
-            503: b"Service Unavailable"}
+            405: b"Method Not Allowed", 408: b"Request Timeout", 413: b"Request Entity Too Large",
+            429: b"Too Many Requests", 431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
+            502: b"Bad Gateway", 503: b"Service Unavailable"}
 
 
 def status_answer(code: int, reason: str, message: str, *, close: bool = False,
