@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv bench clean real-binaries
+.PHONY: demo test venv bench clean real-binaries fuzz
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,19 @@ bench: $(STAMP)
 	$(PY) -m bench.gateway_bench
 	$(PY) -m bench.control_bench
 	$(PY) -m bench.apiserver_bench --uvloop --out bench/out/apiserver.json
+
+# Not part of `make test` (whose hypothesis properties in tests/fuzz/ cover the same parsers): coverage-guided
+# fuzzing with atheris of what parses network input, FUZZ_SECONDS per harness (fuzz/run.py); the corpora, any
+# crashing input and the summary (summary.md) go to build/fuzz/. docs/fuzzing.md records the last run.
+FUZZ_SECONDS ?= 60
+FUZZ_STAMP := $(VENV)/.fuzz-installed
+
+$(FUZZ_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[dev,fuzz]'
+	@touch $(FUZZ_STAMP)
+
+fuzz: $(FUZZ_STAMP)
+	$(PY) -m fuzz.run --seconds $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

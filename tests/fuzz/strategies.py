@@ -25,7 +25,12 @@ def splits(draw, data: bytes) -> list[bytes]:
     """`data` cut into pieces at arbitrary points (empty pieces included)."""
     if not data:
         return [b""]
-    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=8)))
+    # Cuts anywhere, and cuts inside or next to line ends, where readers keep state between pieces.
+    near_ends = sorted({min(len(data), max(0, i + d)) for i in range(len(data)) if data[i:i + 1] in (b"\r", b"\n")
+                        for d in (0, 1, 2)})
+    anywhere = st.integers(0, len(data))
+    cut = st.one_of(anywhere, st.sampled_from(near_ends)) if near_ends else anywhere
+    cuts = sorted(draw(st.lists(cut, max_size=8)))
     pieces, last = [], 0
     for cut in cuts:
         pieces.append(data[last:cut])

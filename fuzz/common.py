@@ -1,0 +1,36 @@
+"""What every harness shares: seeds for an empty corpus, then libFuzzer's loop over `test_one_input`."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Callable, Iterable
+
+
+def _corpus_dir(argv: list[str]) -> str | None:
+    dirs = [a for a in argv[1:] if not a.startswith("-")]
+    return dirs[0] if dirs else None
+
+
+def text_of(data: bytes) -> str | None:
+    """The text a JSON string could carry for `data`: UTF-8 with lone surrogates allowed, or None when it is not."""
+    try:
+        return data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return None
+
+
+def run(test_one_input: Callable[[bytes], None], seeds: Callable[[], Iterable[bytes]]) -> None:
+    """Fuzz `test_one_input`; an exception out of it is a crash (libFuzzer writes the input as crash-<sha1>)."""
+    import atheris
+
+    corpus = _corpus_dir(sys.argv)
+    if corpus is not None:
+        os.makedirs(corpus, exist_ok=True)
+        if not os.listdir(corpus):
+            for seed in seeds():
+                with open(os.path.join(corpus, "seed-" + hashlib.sha1(seed).hexdigest()[:12]), "wb") as f:
+                    f.write(seed)
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
