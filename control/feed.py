@@ -172,7 +172,7 @@ class Feed:
 def _same_content(a: Registry, b: Registry) -> bool:
     # A change that does not alter the snapshot (a status condition, a resourceVersion) publishes nothing.
     return (a.loaded == b.loaded and a.cluster_uuid == b.cluster_uuid and dict(a.peers) == dict(b.peers)
-            and dict(a.capabilities) == dict(b.capabilities))
+            and dict(a.capabilities) == dict(b.capabilities) and a.pending == b.pending)
 
 
 async def _maybe_await(value: Any) -> None:

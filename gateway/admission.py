@@ -243,7 +243,18 @@ def admit_egress(state: GatewayState, client: ClientState, method: bytes, target
     client.begin()
     if method not in METHODS:
         raise _method_refused(method)
-    peer, path = egress_peer(state, target)
+    try:
+        peer, path = egress_peer(state, target)
+    except Refusal as refusal:
+        # The ClusterPeer's Secret and status may be a moment ahead of this registry (catchup.py).
+        limits = state.limits
+        if limits.registry_catch_up <= 0 or not catchup.egress_peer_may_come(state.registry, refusal, target, fields,
+                                                                               limits.max_token_bytes):
+            raise
+        return catchup.NeedsRegistry(  # type: ignore[return-value]
+            refusal, state.registry.generation, lambda: admit_egress(state, client, method, target, fields, length,
+                                                                     chunked),
+            is_watch(target), state.loop.time() + limits.registry_catch_up)
     client.peer = peer.name
     forward, auth, client.close = screen_request(fields)
     limits = state.limits

@@ -4,8 +4,9 @@ The control loop writes a ClusterPeer's status (effectiveCapabilities, access, g
 watches, publishes the registry built from it; a module's controller that starts the moment `status.access` shows
 an audience can reach a gateway whose registry is 30-100 ms behind, here (the egress) or at the peer (the
 entrance, whose control loop learns of the capability from our offer a moment after ours did). A refusal that
-only a registry behind the status explains (PeerIssuerUnknown before the peer's first offer, TokenAudienceMismatch
-or NoEffectiveCapability for a capability
+only a registry behind the status explains (at the egress PeerNotFound or PeerNotConnected for a token of a
+local consumer, PeerIssuerUnknown before the peer's first offer, TokenAudienceMismatch or NoEffectiveCapability
+for a capability
 that the ClusterPeer opens here, that exists here, is Accepted and lists the token's ServiceAccount as a
 consumer, but is not effective for the peer yet) is therefore held for at most `Limits.registry_catch_up` seconds: each newer registry admits the
 request again, and the first that lets it pass answers it; when none does in time, the original refusal is
@@ -18,12 +19,14 @@ import asyncio
 import base64
 import binascii
 import json
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from contract import reasons
 from contract.errors import Refusal
-from contract.names import audience
+from contract.names import AUDIENCE_PREFIX, audience
+from contract.paths import EGRESS_PREFIX
 from gateway.consumers import service_account
+from gateway.headers import bearer, screen_request
 from gateway.registry import Peer, Registry
 
 if TYPE_CHECKING:
@@ -33,6 +36,8 @@ if TYPE_CHECKING:
 #: (its first offer is on its way) or the token's capability not effective yet; at the egress, no capability
 #: effective yet.
 LIFTABLE = frozenset({reasons.PEER_ISSUER_UNKNOWN, reasons.TOKEN_AUDIENCE_MISMATCH, reasons.NO_EFFECTIVE_CAPABILITY})
+#: The egress's refusals of a ClusterPeer whose Secret (or the Secret's credentials) the registry lacks yet.
+PEER_COMING = frozenset({reasons.PEER_NOT_FOUND, reasons.PEER_NOT_CONNECTED})
 
 
 def claims_of(token: str) -> dict:
@@ -100,16 +105,52 @@ async def newer_registry(state: "GatewayState", generation: int, deadline: float
     return True
 
 
-class NeedsRegistry:
-    """An entrance request refused (`refusal`) on registry `generation` in a way a newer registry may lift:
-    `again()` admits it once more. `watch` is the request's, as the other decisions carry it."""
+def egress_peer_may_come(registry: Registry, refusal: Refusal, target: bytes, fields: Iterable[tuple[bytes, bytes]],
+                         max_token_bytes: int) -> bool:
+    """A local request refused PeerNotFound for a ClusterPeer that exists but is not live in this registry yet
+    (`Registry.pending`), or PeerNotConnected for one whose token names a capability the ClusterPeer opens, whose
+    token names a capability of this cluster that its ServiceAccount consumes: the peering's Secret and status
+    may be a moment ahead of the registry."""
+    if refusal.reason not in PEER_COMING:
+        return False
+    name = target[len(EGRESS_PREFIX):].partition(b"/")[0].decode("latin-1")
+    peer = registry.peers.get(name)
+    if (peer is None and name not in registry.pending) or (peer is not None and not peer.opened):
+        return False
+    try:
+        auth = screen_request(fields)[1]
+        token = bearer(auth.decode("latin-1") if auth is not None else None, max_token_bytes)
+    except Refusal:
+        return False
+    claims = claims_of(token)
+    account = service_account(claims.get("sub"))
+    if account is None:
+        return False
+    for aud in _audiences(claims):
+        name = aud.rsplit("/", 1)[-1] if aud.startswith(AUDIENCE_PREFIX) else ""
+        cap = registry.capabilities.get(name)
+        if cap is not None and cap.accepted and account in cap.consumers and (peer is None or name in peer.opened):
+            return True
+    return False
 
-    __slots__ = ("refusal", "generation", "again", "watch", "deadline")
+
+class NeedsRegistry:
+    """A request refused (`refusal`) on registry `generation` in a way a newer registry may lift: `again()` admits
+    it once more. `watch` is the request's, as the other decisions carry it; once settled, it answers every other
+    attribute as the decision it settled into (the egress's caller reads the peer and account of it)."""
+
+    __slots__ = ("refusal", "generation", "again", "watch", "deadline", "settled")
 
     def __init__(self, refusal: Refusal, generation: int, again: Callable[[], object], watch: bool,
                  deadline: float) -> None:
         self.refusal, self.generation, self.again, self.watch, self.deadline = (refusal, generation, again, watch,
                                                                                  deadline)
+        self.settled: object = None
+
+    def __getattr__(self, name: str) -> object:
+        if self.settled is None:
+            raise AttributeError(name)
+        return getattr(self.settled, name)
 
     async def settle(self, state: "GatewayState") -> object:
         """The decision of the first newer registry that admits the request (or refuses it for another reason);
@@ -119,6 +160,7 @@ class NeedsRegistry:
             if not await newer_registry(state, decision.generation, self.deadline):
                 raise decision.refusal
             decision = decision.again()
+        self.settled = decision
         return decision
 
 

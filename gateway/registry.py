@@ -63,11 +63,14 @@ class Registry:
     generation: int
     loaded: bool = field(default=True, compare=False)
     """False only for the placeholder the gateway starts with, so /readyz can tell it apart from a real empty one."""
+    pending: frozenset[str] = frozenset()
+    """ClusterPeers that exist but are not live yet (no peer Secret with an issued certificate): a request for one
+    may be a moment ahead of the registry (catchup.py)."""
 
     def __reduce__(self):
         # Worker processes receive snapshots pickled; mapping proxies are not picklable, plain dicts are.
         return (_restore, (self.cluster_uuid, dict(self.peers), dict(self.by_fingerprint), dict(self.capabilities),
-                           self.generation, self.loaded))
+                           self.generation, self.loaded, self.pending))
 
     @classmethod
     def empty(cls) -> "Registry":
@@ -86,10 +89,13 @@ class Registry:
         peers: dict[str, Peer] = {}
         by_fp: dict[str, Peer] = {}
         ambiguous: set[str] = set()
+        pending: set[str] = set()
         for obj in clusterpeers or ():
             cp_name = _get(obj, "metadata", "name")
             peer = peer_from_objects(obj, secrets.get(peer_secret_name(cp_name)) if isinstance(cp_name, str) else None)
             if peer is None:
+                if isinstance(cp_name, str) and cp_name and not _get(obj, "metadata", "deletionTimestamp"):
+                    pending.add(cp_name)
                 continue
             peers[peer.name] = peer
             for fp in peer.fingerprints:
@@ -106,14 +112,14 @@ class Registry:
                 caps[cap.name] = cap
         return cls(cluster_uuid=cluster_uuid or "", peers=MappingProxyType(peers),
                    by_fingerprint=MappingProxyType(by_fp), capabilities=MappingProxyType(caps),
-                   generation=int(generation))
+                   generation=int(generation), pending=frozenset(pending))
 
 
 def _restore(cluster_uuid: str, peers: dict, by_fingerprint: dict, capabilities: dict, generation: int,
-             loaded: bool) -> Registry:
+             loaded: bool, pending: frozenset[str] = frozenset()) -> Registry:
     return Registry(cluster_uuid=cluster_uuid, peers=MappingProxyType(peers),
                     by_fingerprint=MappingProxyType(by_fingerprint), capabilities=MappingProxyType(capabilities),
-                    generation=generation, loaded=loaded)
+                    generation=generation, loaded=loaded, pending=pending)
 
 
 def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:

@@ -181,3 +181,36 @@ async def test_before_the_peers_first_offer_its_consumers_token_waits_for_the_is
     await _pending(task)
     state.publish(registry(pki, issuer_key, generation=3, effective=("read-pods",)))
     assert b"Bearer exchanged" in (await asyncio.wait_for(task, 5)).head
+
+
+async def test_an_egress_request_for_a_peering_the_registry_lacks_yet_waits_for_it(state, pki, issuer_key):
+    # The ClusterPeer exists, its Secret is not in this registry yet.
+    state.publish(dataclasses.replace(registry_for(pki, issuer_key, generation=2, peers=()), pending=frozenset({"peer"})))
+    token = make_token(issuer_key, aud=[f"peering.deckhouse.io/{PEER_UUID}/read-pods"])
+    client = ClientState()
+    decision = admit_egress(state, client, b"GET", b"/peers/peer/api/v1/pods?watch=1", fields(token))
+    assert isinstance(decision, NeedsRegistry) and decision.refusal.reason == "PeerNotFound" and decision.watch
+    task = asyncio.ensure_future(complete(state, client, decision))
+    await _pending(task)
+    state.publish(registry(pki, issuer_key, generation=3, effective=("read-pods",)))
+    admitted = await asyncio.wait_for(task, 5)
+    assert admitted.watch and state.reviewed == ["peer/3"]
+    assert decision.peer.name == "peer" and client.peer == "peer"  # the caller reads the settled decision
+    # A token of no local consumer, or none at all: PeerNotFound at once; so for a ClusterPeer that does not exist.
+    state.publish(dataclasses.replace(registry_for(pki, issuer_key, generation=4, peers=()), pending=frozenset({"peer"})))
+    for other in (fields(make_token(issuer_key, sub="system:serviceaccount:mod:other",
+                                    aud=[f"peering.deckhouse.io/{PEER_UUID}/read-pods"])), [(b"Host", b"x")]):
+        with pytest.raises(Refusal, match="PeerNotFound"):
+            admit_egress(state, ClientState(), b"GET", b"/peers/peer/api/v1/pods", other)
+    with pytest.raises(Refusal, match="PeerNotFound"):
+        admit_egress(state, ClientState(), b"GET", b"/peers/nobody/api/v1/pods", fields(token))
+
+
+def test_the_registry_names_the_clusterpeers_not_live_yet(pki, issuer_key):
+    live = registry_for(pki, issuer_key)
+    cps = [{"metadata": {"name": "joining"}}, {"metadata": {"name": "leaving", "deletionTimestamp": "2026-12-01T00:00:00Z"}}]
+    reg = Registry.from_objects(cluster_uuid=live.cluster_uuid, clusterpeers=cps, peer_secrets=[], capabilities=[],
+                                generation=1)
+    assert reg.pending == {"joining"} and not reg.peers
+    import pickle
+    assert pickle.loads(pickle.dumps(reg)).pending == {"joining"}  # as the workers receive it
