@@ -106,6 +106,10 @@ class GatewayConfig:
     ops_host: str = "127.0.0.1"
     """Address of the plain-HTTP ops listener: /healthz, /readyz, /metrics."""
     ops_port: int = 0
+    trusted_proxies: tuple[str, ...] = ()
+    """Addresses or CIDRs of the proxies in front of the join listener (the Ingress controller's pods) whose
+    X-Forwarded-For / X-Real-IP name the client; from any other address those headers are ignored and the
+    connection's own address is the client's. Keys the failed-join limit."""
     access_log: bool = True
     """One JSON line per request on the gateway.access logger (never a token, a path's query or an address)."""
 

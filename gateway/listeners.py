@@ -17,7 +17,7 @@ from gateway.admission import (ClientState, admit_egress, admit_entrance, admit_
                                complete, withdrawn)
 from gateway.authority import Authority
 from gateway.http import JSON, HTTPProtocol, status_response
-from gateway.joinlimit import JoinRateLimit
+from gateway.joinlimit import JoinRateLimit, client_address, token_id, trusted_networks
 from gateway.protocol import ControlHandlers, JoinCall, PeerCall
 from gateway.proxy import forward
 from gateway.state import GatewayState
@@ -132,31 +132,36 @@ async def _held(state: GatewayState, request: web.BaseRequest, authority: Author
 
 
 class Join:
-    """POST /v1/join, handed to the control loop; refused joins count against the address (joinlimit)."""
+    """POST /v1/join, handed to the control loop; refused joins count against the client's address and the
+    attempt's token ID (joinlimit), the address as the trusted Ingress reports it."""
 
     def __init__(self, state: GatewayState, handlers: ControlHandlers) -> None:
         self.state = state
         self.handlers = handlers
         self.limit = JoinRateLimit(state.limits.join_failures_per_minute)
+        self.trusted = trusted_networks(state.config.trusted_proxies)
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
         start = time.perf_counter()
         code = 500
-        remote = request.remote or "-"
+        remote = client_address(request.remote, request.headers.get("X-Forwarded-For"),
+                                request.headers.get("X-Real-IP"), self.trusted)
         try:
             if request.path != JOIN_PATH:
                 raise Refusal(404, reasons.NOT_FOUND, f"the join listener serves POST {JOIN_PATH} only")
             if request.method != "POST":
                 raise Refusal(405, reasons.METHOD_NOT_ALLOWED, f"{JOIN_PATH} takes POST")
             if not self.limit.allows(remote):
-                raise Refusal(429, reasons.TOO_MANY_ATTEMPTS, "too many refused join attempts from this address; wait "
-                              "a minute and check the connection string")
+                raise _too_many("from this address")
             body = await read_json(request, self.state.limits.max_join_bytes)
+            tid = token_id(body)
+            if not self.limit.allows(remote, tid):
+                raise _too_many("for this connection string's token")
             try:
                 answer = await self.handlers.join(JoinCall(body=body, remote=remote))
             except Refusal as err:
                 if 400 <= err.code < 500:
-                    self.limit.refused(remote)
+                    self.limit.refused(remote, tid)
                 raise
             code = 200
             return web.Response(body=json.dumps(answer).encode(), content_type=JSON)
@@ -165,6 +170,11 @@ class Join:
             return status_response(refusal.code, refusal.reason, refusal.message)
         finally:
             self.state.accounting.finish("join", "-", "-", request.method, request.path, code, start)
+
+
+def _too_many(what: str) -> Refusal:
+    return Refusal(429, reasons.TOO_MANY_ATTEMPTS, f"too many refused join attempts {what} in a minute; wait a "
+                   "minute and check the connection string")
 
 
 async def read_json(request: web.BaseRequest, limit: int) -> dict:

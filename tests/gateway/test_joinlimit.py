@@ -18,7 +18,8 @@ def test_refusals_within_a_minute_block_an_address_until_the_oldest_is_a_minute_
 
 
 def test_the_table_of_addresses_is_bounded():
-    limit = JoinRateLimit(1, clock=lambda: 0.0, max_addresses=2)
+    limit = JoinRateLimit(1, clock=lambda: 0.0, max_keys=2)
     for address in ("a", "b", "c"):
         limit.refused(address)
-    assert limit.allows("a") and limit.allows("b") and not limit.allows("c")
+    # Full, it forgets the least recently refused address only, never every one at once.
+    assert len(limit) == 2 and limit.allows("a") and not limit.allows("b") and not limit.allows("c")
