@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import pathlib
 import time
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from lab.cluster import default_peering_command
+from lab.testing import lab_clusters
 
 GROUP = "peering.deckhouse.io"
 API_VERSION = f"{GROUP}/v1alpha1"
@@ -124,6 +127,18 @@ async def peer_with_capability(a, b, capability: str, *, wait: bool = True, time
                           timeout=timeout, what=f"{cluster.name}'s ClusterPeer {name} Active and Ready")
         await until_equal(lambda: clusterpeer(cluster, name)["status"].get("effectiveCapabilities"), [capability],
                           what=f"{capability} effective on {cluster.name}'s ClusterPeer {name}")
+
+
+@contextlib.asynccontextmanager
+async def peered_lab(dir: pathlib.Path, capability: str, project: str, *, apiserver: str = "emulator",
+                     wait: bool = True, **consumer: Any) -> AsyncIterator[Any]:
+    """Lab clusters a and b whose peering processes sync fast, each with project `project` and its ConfigMap
+    `prices` (`create_project_with_prices`), peered with `capability` open (`peer_with_capability`)."""
+    async with lab_clusters(dir, ["a", "b"], peering_command=fast_peering_command, apiserver=apiserver) as lab:
+        for name in ("a", "b"):
+            create_project_with_prices(lab[name], project)
+        await peer_with_capability(lab["a"], lab["b"], capability, wait=wait, **consumer)
+        yield lab
 
 
 class WriteCounter:

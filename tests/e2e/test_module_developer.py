@@ -18,8 +18,7 @@ import yaml
 
 from control import consumer_config as cc
 from control.rules.access import audience
-from lab.testing import lab_clusters
-from peering_lab import clusterpeer, create_project_with_prices, fast_peering_command, peer_with_capability, until
+from peering_lab import clusterpeer, peered_lab, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -38,12 +37,8 @@ def _snippet() -> dict:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def lab(tmp_path_factory):
-    async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command) as lab:
-        a, b = lab["a"], lab["b"]
-        for cluster in (a, b):
-            create_project_with_prices(cluster, PROJECT)
-        await peer_with_capability(a, b, CAP, namespace="d8-my-module", account="controller",
-                                   verbs=("get", "list", "watch"))
+    async with peered_lab(tmp_path_factory.mktemp("lab"), CAP, PROJECT, namespace="d8-my-module",
+                          account="controller", verbs=("get", "list", "watch")) as lab:
         yield lab
 
 

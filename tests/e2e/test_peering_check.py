@@ -26,9 +26,7 @@ from control import pki
 from lab.cluster import peering_executable
 from check_helpers import check, line
 from lab.ingress import Ingress
-from lab.testing import lab_clusters
-from peering_lab import (GROUP, clusterpeer, condition, create_project_with_prices, fast_peering_command,
-                         peer_with_capability, ready, until_equal)
+from peering_lab import GROUP, clusterpeer, condition, peered_lab, ready, until_equal
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -42,12 +40,8 @@ async def _healthy(cluster, name: str, timeout: float = 30.0) -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def lab(tmp_path_factory):
-    async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command) as lab:
-        a, b = lab["a"], lab["b"]
-        for cluster in (a, b):
-            create_project_with_prices(cluster, PROJECT)
-        await peer_with_capability(a, b, CAP)
-        for cluster, name in ((a, "to-b"), (b, "to-a")):
+    async with peered_lab(tmp_path_factory.mktemp("lab"), CAP, PROJECT) as lab:
+        for cluster, name in ((lab["a"], "to-b"), (lab["b"], "to-a")):
             await until_equal(lambda: clusterpeer(cluster, name)["status"].get("pairedProjectsCount"), 1)
         yield lab
 

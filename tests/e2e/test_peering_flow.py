@@ -16,10 +16,9 @@ import pytest_asyncio
 
 from control import pki
 from control.rules.access import audience
-from lab.testing import apiserver_backends, lab_clusters
-from peering_lab import (GROUP, clusterpeer, condition, connection_string, create_invite, create_join,
-                         create_project_with_prices, fast_peering_command, peer_with_capability, ready, ready_message,
-                         until, until_equal, WriteCounter)
+from lab.testing import apiserver_backends
+from peering_lab import (GROUP, clusterpeer, condition, connection_string, create_invite, create_join, peered_lab,
+                         ready, ready_message, until, until_equal, WriteCounter)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -29,15 +28,10 @@ PROJECT = "shop"
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
 async def lab(request, tmp_path_factory):
-    async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command,
-                            apiserver=request.param) as lab:
-        a, b = lab["a"], lab["b"]
-        for cluster in (a, b):
-            create_project_with_prices(cluster, PROJECT)
-        # Both administrators open the capability (the guide's "Opening capabilities").
-        await peer_with_capability(a, b, CAP, wait=False)
+    # Both administrators open the capability (the guide's "Opening capabilities").
+    async with peered_lab(tmp_path_factory.mktemp("lab"), CAP, PROJECT, apiserver=request.param, wait=False) as lab:
         # Every test starts from a working peering, whichever runs first (or alone).
-        for cluster, name in ((a, "to-b"), (b, "to-a")):
+        for cluster, name in ((lab["a"], "to-b"), (lab["b"], "to-a")):
             await _active_ready(cluster, name)
         yield lab
 
@@ -75,7 +69,9 @@ async def test_capability_accepted_and_effective_on_both_sides(lab):
         binding = await until(lambda: cluster.api.get("rbac.authorization.k8s.io", "rolebindings",
                                                       f"d8:peering:{name}:{CAP}", PROJECT), what="its RoleBinding")
         assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]
-        assert binding["subjects"][0]["name"] == f"peering:{peer_uuid}:system:serviceaccount:consumer:app"
+        # The identity this cluster assigned (its ClusterPeer's uid), never the UUID the peer claims.
+        identity = clusterpeer(cluster, name)["metadata"]["uid"]
+        assert binding["subjects"][0]["name"] == f"peering:{identity}:system:serviceaccount:consumer:app"
         await until_equal(lambda: (condition(clusterpeer(cluster, name), "TokenExchangeReady").get("reason"),
                                    condition(clusterpeer(cluster, name), "ClientCertEnforced").get("reason"),
                                    condition(clusterpeer(cluster, name), "ServerCertOurs").get("reason")),
