@@ -1,6 +1,7 @@
 """The loop watchdog of tests/conftest.py: a loop blocked by time.sleep is caught, with the time and the blocking
 line; an honest loop and a loop that is merely not running (between a test's phases) are not; a whole pytest run
-fails a blocking test (in a loop of its own or a module's), leaves a marked one alone, and refuses a bad bound saying what to set."""
+fails a blocking test (in a loop of its own or a module's), leaves a marked one alone, and refuses a bad bound
+saying what to set."""
 
 from __future__ import annotations
 
