@@ -30,6 +30,7 @@ from lab.apiserver.auth.tokens import ServiceAccountIssuer
 from lab.apiserver.auth.types import Attributes, UserInfo
 from lab.apiserver.crud import CRD_KEY, Objects
 from lab.apiserver.gc import GarbageCollector
+from lab.apiserver.hooks import WRITE_VERBS, Write, WriteHooks
 from lab.apiserver.resources import Registry, ResourceInfo
 from lab.apiserver.selectors import field_predicate, label_predicate
 from lab.apiserver.store import Store
@@ -210,6 +211,21 @@ def _load_yaml_documents(path: pathlib.Path) -> list[dict]:
     return out
 
 
+def _write_of(info: RequestInfo, user: UserInfo, response: web.StreamResponse) -> Write:
+    """The write a successful answer reports, with the object its body carries (a create names its object only
+    there)."""
+    obj = None
+    if isinstance(response, web.Response) and isinstance(response.body, bytes) and response.body:
+        try:
+            parsed = json.loads(response.body)
+            obj = parsed if isinstance(parsed, dict) else None
+        except ValueError:
+            obj = None
+    name = info.name or ((obj or {}).get("metadata") or {}).get("name") or ""
+    resource = info.plural + (f"/{info.subresource}" if info.subresource else "")
+    return Write(info.verb, resource, info.namespace, name, user.username, obj)
+
+
 class ApiServer:
     """One emulated cluster's kube-apiserver (and the controllers of kube-controller-manager it needs)."""
 
@@ -227,6 +243,8 @@ class ApiServer:
         self.registry = Registry()
         self.objects = Objects(self.store, self.registry)
         self.gc = GarbageCollector(self.objects)
+        #: Callbacks run right after a given write over HTTP landed (hooks.py; the join's crash tests).
+        self.write_hooks = WriteHooks()
         self._oidc = list(oidc)
         self.authenticator = Authenticator(client_ca_pem, self.sa_issuer, self._oidc, self.list_objects)
         self.authorizer = rbac.Authorizer(self.list_objects)
@@ -502,7 +520,11 @@ class ApiServer:
         _check_accept(request.headers.get("Accept", ""))
         if not info.resource_request:
             return await self._non_resource(request, info)
-        return await self._resource(request, info, user)
+        response = await self._resource(request, info, user)
+        if self.write_hooks.hooks and info.verb in WRITE_VERBS and response.status < 300 and \
+                "dryRun" not in request.query:
+            self.write_hooks.landed(_write_of(info, user, response))
+        return response
 
     # ------------------------------------------------------------ non-resource paths
 
