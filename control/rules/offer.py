@@ -239,7 +239,7 @@ def validate_offer(offer, *, size: int | None = None) -> OfferCheck:
             return _bad(f"capability {c['name']} has no version or one longer than {MAX_VERSION}")
         scope = c.get("scope")
         scope = [] if scope is None else scope
-        if not isinstance(scope, list) or not set(scope) <= SCOPES:
+        if not isinstance(scope, list) or not all(isinstance(x, str) and x in SCOPES for x in scope):
             return _bad(f"capability {c['name']} has a scope other than project and cluster")
 
     pv = offer.get("peeringVersion")

@@ -97,3 +97,11 @@ def test_an_issuer_url_with_a_broken_ipv6_literal_is_refused(url):
     with pytest.raises(join_rules.JoinError) as refused:
         join_rules.parse_join_request(body)
     assert refused.value.reason == "OfferInvalid"
+
+
+@pytest.mark.parametrize("scope", [[{}], [["project"]], [None], [1], ["project", {"a": 1}]])
+def test_a_capability_scope_of_other_than_strings_is_refused(scope):
+    # Found by atheris (fuzz/offer.py): set(scope) raised TypeError for a scope list holding an object.
+    offer = {"capabilities": [{"name": "c", "version": "v1", "scope": scope}]}
+    check = offer_rules.validate_offer(offer)
+    assert (check.ok, check.reason) == (False, "OfferInvalid") and "scope" in check.message
