@@ -4,13 +4,13 @@ The control loop writes a ClusterPeer's status (effectiveCapabilities, access, g
 watches, publishes the registry built from it; a module's controller that starts the moment `status.access` shows
 an audience can reach a gateway whose registry is 30-100 ms behind, here (the egress) or at the peer (the
 entrance, whose control loop learns of the capability from our offer a moment after ours did). A refusal that
-only a registry behind the status explains (at the egress PeerNotFound or PeerNotConnected for a token of a
-local consumer, PeerIssuerUnknown before the peer's first offer, TokenAudienceMismatch or NoEffectiveCapability
-for a capability
-that the ClusterPeer opens here, that exists here, is Accepted and lists the token's ServiceAccount as a
-consumer, but is not effective for the peer yet) is therefore held for at most `Limits.registry_catch_up` seconds: each newer registry admits the
-request again, and the first that lets it pass answers it; when none does in time, the original refusal is
-answered. Any other refusal is answered at once. Nothing here does I/O but waiting for the next registry.
+only a registry behind the status explains is therefore held for at most `Limits.registry_catch_up` seconds:
+at the egress PeerNotFound for a ClusterPeer that exists but is not live yet, or PeerNotConnected, for a token
+of a local consumer; at the entrance PeerIssuerUnknown before the peer's first offer; and TokenAudienceMismatch
+or NoEffectiveCapability for a capability that the ClusterPeer opens here, that exists here, is Accepted and
+lists the token's ServiceAccount as a consumer, but is not effective for the peer yet. Each newer registry
+admits the request again, and the first that lets it pass answers it; when none does in time, the original
+refusal is answered. Any other refusal is answered at once. Nothing here does I/O but waiting for a registry.
 """
 
 from __future__ import annotations

@@ -46,7 +46,8 @@ def _announced(cluster, name: str) -> dict | None:
     access = status.get("access") or {}
     if not any(a.get("capability") == CAP for a in access.get("audiences") or []):
         return None
-    if not any(g.get("capability") == CAP and PROJECT in (g.get("namespaces") or []) for g in status.get("grants") or []):
+    grants = status.get("grants") or []
+    if not any(g.get("capability") == CAP and PROJECT in (g.get("namespaces") or []) for g in grants):
         return None
     return access
 

@@ -185,7 +185,8 @@ async def test_before_the_peers_first_offer_its_consumers_token_waits_for_the_is
 
 async def test_an_egress_request_for_a_peering_the_registry_lacks_yet_waits_for_it(state, pki, issuer_key):
     # The ClusterPeer exists, its Secret is not in this registry yet.
-    state.publish(dataclasses.replace(registry_for(pki, issuer_key, generation=2, peers=()), pending=frozenset({"peer"})))
+    state.publish(dataclasses.replace(registry_for(pki, issuer_key, generation=2, peers=()),
+                                      pending=frozenset({"peer"})))
     token = make_token(issuer_key, aud=[f"peering.deckhouse.io/{PEER_UUID}/read-pods"])
     client = ClientState()
     decision = admit_egress(state, client, b"GET", b"/peers/peer/api/v1/pods?watch=1", fields(token))
@@ -197,7 +198,8 @@ async def test_an_egress_request_for_a_peering_the_registry_lacks_yet_waits_for_
     assert admitted.watch and state.reviewed == ["peer/3"]
     assert decision.peer.name == "peer" and client.peer == "peer"  # the caller reads the settled decision
     # A token of no local consumer, or none at all: PeerNotFound at once; so for a ClusterPeer that does not exist.
-    state.publish(dataclasses.replace(registry_for(pki, issuer_key, generation=4, peers=()), pending=frozenset({"peer"})))
+    state.publish(dataclasses.replace(registry_for(pki, issuer_key, generation=4, peers=()),
+                                      pending=frozenset({"peer"})))
     for other in (fields(make_token(issuer_key, sub="system:serviceaccount:mod:other",
                                     aud=[f"peering.deckhouse.io/{PEER_UUID}/read-pods"])), [(b"Host", b"x")]):
         with pytest.raises(Refusal, match="PeerNotFound"):
@@ -208,7 +210,8 @@ async def test_an_egress_request_for_a_peering_the_registry_lacks_yet_waits_for_
 
 def test_the_registry_names_the_clusterpeers_not_live_yet(pki, issuer_key):
     live = registry_for(pki, issuer_key)
-    cps = [{"metadata": {"name": "joining"}}, {"metadata": {"name": "leaving", "deletionTimestamp": "2026-12-01T00:00:00Z"}}]
+    cps = [{"metadata": {"name": "joining"}},
+           {"metadata": {"name": "leaving", "deletionTimestamp": "2026-12-01T00:00:00Z"}}]
     reg = Registry.from_objects(cluster_uuid=live.cluster_uuid, clusterpeers=cps, peer_secrets=[], capabilities=[],
                                 generation=1)
     assert reg.pending == {"joining"} and not reg.peers
