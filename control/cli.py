@@ -102,6 +102,26 @@ def _port(text: str) -> int:
     return value
 
 
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rate; give exchanges a second, such as 20 (0: no bound)")
+    return value
+
+
+def _burst(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a burst; give 1 or more exchanges, such as 200")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -184,6 +204,12 @@ def parser(prog: str = "peering") -> argparse.ArgumentParser:
                           "secret in Secret dex-client-NAME, key clientSecret")
     run.add_argument("--workers", type=_positive, default=_positive(_env("workers", "1")),
                      help="gateway worker processes")
+    run.add_argument("--exchanges-per-peer", type=_rate,
+                     default=_env("exchanges-per-peer", str(Settings.exchanges_per_peer)),
+                     help="Dex token exchanges one peer's consumers may cause per second (0: no bound)")
+    run.add_argument("--exchange-burst-per-peer", type=_burst,
+                     default=_env("exchange-burst-per-peer", str(Settings.exchange_burst_per_peer)),
+                     help="Dex token exchanges one peer may cause at once before --exchanges-per-peer applies")
     # String defaults (from the environment) go through `type` like flags do, so a bad PEERING_* value gets the
     # same clear usage error as a bad flag.
     run.add_argument("--peer-sync-interval", type=_seconds,
@@ -236,7 +262,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
                                 optional_api_interval=args.optional_api_interval,
                                 server_cert_lifetime=args.server_cert_lifetime,
                                 client_cert_lifetime=args.client_cert_lifetime),
-        lease=lease, resolve=resolve, workers=args.workers, log_level=args.log_level)
+        lease=lease, resolve=resolve, workers=args.workers, log_level=args.log_level,
+        exchanges_per_peer=args.exchanges_per_peer, exchange_burst_per_peer=args.exchange_burst_per_peer)
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:

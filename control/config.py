@@ -141,6 +141,13 @@ class Settings:
     workers: int = 1
     """Gateway worker processes sharing the listeners (1 = the main process only)."""
 
+    exchanges_per_peer: float = 20.0
+    """Dex token exchanges one peer's consumers may cause per second (gateway Limits.exchanges_per_peer_per_second);
+    beyond it and the burst a new token gets 429 TokenExchangeRateLimited. 0 turns the bound off."""
+
+    exchange_burst_per_peer: float = 200.0
+    """Exchanges one peer may cause at once before `exchanges_per_peer` applies."""
+
     log_level: str = "INFO"
     """Level of the JSON log lines."""
 

@@ -175,6 +175,8 @@ def gateway_config(settings: Settings, kube: KubeSession, dex: DexClientCredenti
         ops_host=listen.bind_host, ops_port=listen.ops_port)
     if settings.dex.url:
         config.dex_url = settings.dex.url
+    config.limits.exchanges_per_peer_per_second = settings.exchanges_per_peer
+    config.limits.exchange_burst_per_peer = settings.exchange_burst_per_peer
     return config
 
 
