@@ -74,14 +74,30 @@ def audience(cluster_uuid: str, capability: str) -> str:
 SA_PREFIX = "system:serviceaccount:"
 
 
-def username_prefix(peer_uuid: str) -> str:
-    """The prefix of a peer's consumers' usernames in this cluster (the TokenExchangeProvider's usernamePrefix)."""
-    return f"peering:{peer_uuid}:"
+def username_prefix(identity: str) -> str:
+    """The prefix of a peer's consumers' usernames in this cluster (the TokenExchangeProvider's usernamePrefix).
+
+    `identity` is `peering_identity` of this cluster's ClusterPeer of that peering: assigned by this cluster's API
+    server, never the cluster UUID the peer claims, so no two peerings share a prefix and no peer can choose one."""
+    return f"peering:{identity}:"
 
 
-def consumer_username(peer_uuid: str, namespace: str, name: str) -> str:
+def consumer_username(identity: str, namespace: str, name: str) -> str:
     """The user a peer's ServiceAccount becomes here after the exchange; the grants bind it."""
-    return f"{username_prefix(peer_uuid)}{SA_PREFIX}{namespace}:{name}"
+    return f"{username_prefix(identity)}{SA_PREFIX}{namespace}:{name}"
+
+
+def peering_identity(clusterpeer: dict) -> str:
+    """The peer's identity in this cluster: the `metadata.uid` of this cluster's ClusterPeer of the peering.
+
+    The API server assigns it at creation; it is unique among all objects ever created in this cluster and never
+    reused, so a peering deleted and made anew gets a new identity, and the grants of one peering never name the
+    consumers of another. ValueError when the object has none (it was not read from an API server)."""
+    uid = ((clusterpeer or {}).get("metadata") or {}).get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ValueError("the ClusterPeer has no metadata.uid: read it from the API server before deriving its "
+                         "identity")
+    return uid
 
 
 EGRESS_HOST = f"peering-gateway.{NAMESPACE}.svc"

@@ -3,7 +3,9 @@
 Every connection goes through the process's resolver (lab names are real TLS names on loopback). Answers come back
 as `Answer(status, body)`; a failure to get any HTTP answer (DNS, TCP, TLS) is `Answer(None, detail)`, and a TLS
 refusal of our client certificate is told apart (`refused_certificate`), because it means the peer has probably
-revoked us. Nothing here logs: the join body carries the token, and callers log only reasons.
+revoked us. Nothing here logs: the join body carries the token, and callers log only reasons. Redirects are never
+followed (`allow_redirects=False`): a 3xx is an answer like any other, so a peer cannot send our requests on to
+another host (docs/design-changes.md, "The join's entrance host").
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ class PeerClient:
         if data is not None:
             headers["Content-Type"] = "application/json"
         try:
-            async with session.request(method, url, data=data, headers=headers, ssl=ctx,
+            async with session.request(method, url, data=data, headers=headers, ssl=ctx, allow_redirects=False,
                                        timeout=aiohttp.ClientTimeout(total=self.timeout)) as resp:
                 raw = await resp.content.read(MAX_ANSWER_BYTES + 1)
                 if len(raw) > MAX_ANSWER_BYTES:

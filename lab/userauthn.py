@@ -164,7 +164,7 @@ def spec_problem(obj: Mapping) -> str | None:
                 "of this cluster")
     if prefix.startswith("system:"):
         return (f"spec.usernamePrefix {prefix!r} starts with system:, which kube-apiserver refuses in every "
-                "username Dex issues; choose a prefix such as peering:<uuid>:")
+                "username Dex issues; choose a prefix such as peering:<clusterpeer uid>:")
     audiences = spec.get("audiences", [])
     if audiences is not None and (not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences)):
         return "spec.audiences must be a list of strings"

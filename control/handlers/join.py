@@ -1,20 +1,25 @@
 """`POST /v1/join`: the inviting side redeems a connection string (DESIGN.md §4).
 
 Order: the request's shape (`rules.join.parse_join_request`), the invite found by token ID in the cache, then the
-decision on a fresh read (`rules.invite.redeem`: constant time, unknown and wrong tokens alike), then marking the
-token used with a resourceVersion precondition: of any number of concurrent redemptions exactly one write
-succeeds; the others read again and see "used". Only then is the joiner's CSR signed and the peer Secret written.
-A repeated join by the same cluster with the same key is answered again from the Secret. Refusals are
+decision on a fresh read (`rules.invite.redeem`: constant time, unknown and wrong tokens alike), the claimed cluster
+UUID (never ours, never one another live ClusterPeer stands for: ClusterUUIDInUse), then marking the token used and
+recording the redeemer (its cluster UUID and key fingerprint) in one status write with a resourceVersion
+precondition: of any number of concurrent redemptions exactly one write succeeds; the others read again and see
+"used". Only then is the joiner's CSR signed and the peer Secret written. A repeated join by the same cluster with
+the same key is answered again from the Secret, or, when a crash came between the two writes, the Secret is
+rebuilt. A join with another key that finds the redemption without its Secret marks it abandoned: the reconciler
+issues a fresh string. Refusals are
 `Refusal`s the gateway answers as Status objects (and counts towards its per-address rate limit).
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import TYPE_CHECKING, Callable
 
 from contract import reasons
-from contract.names import CA_SECRET, peer_secret_name
+from contract.names import CA_SECRET, MANAGED_BY_SELECTOR, peer_secret_name
 from gateway.protocol import JoinCall
 from contract.errors import Refusal
 
@@ -33,6 +38,9 @@ log = logging.getLogger("peering.control.join")
 
 #: How often a redemption reads again after losing a write race before giving up (it then sees "used").
 MAX_ATTEMPTS = 5
+#: How long after its status write a redemption without its Secret counts as cut short by a crash rather than still
+#: under way in another replica (signing and one Secret write take well under a second).
+STRANDED_AFTER = datetime.timedelta(seconds=30)
 #: Read in place of an unknown token ID's ClusterPeer (a name no ClusterPeer can have: it ends with a dot).
 UNKNOWN_NAME = "no-such-invite."
 
@@ -58,6 +66,7 @@ class JoinHandler:
         self.namespace = ctx.namespace
         self.on_joined = on_joined
         self.clusterpeers = ctx.informers.get(CLUSTERPEERS)
+        self.secrets = ctx.informers.get(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY_SELECTOR)
 
     def _find(self, token_id: str) -> str | None:
         """The name of the Invite ClusterPeer whose current invite has this token ID (from the cache)."""
@@ -89,36 +98,61 @@ class JoinHandler:
             if name is None:
                 cp = secret = None
             values = creds.secret_values(secret)
-            redeemed_by = creds.redeemer(values)
             status = (cp or {}).get("status") or {}
+            stored = status.get("invite") if cp else None
+            redeemed_by = invite_rules.recorded_redeemer(stored) or creds.redeemer(values)
             expected = (((cp or {}).get("spec") or {}).get("invite") or {}).get("expectedClusterUUID")
-            decision = invite_rules.redeem(status.get("invite") if cp else None, req.token, req.cluster_uuid,
-                                           expected, self.ctx.clock.now(),
+            now = self.ctx.clock.now()
+            decision = invite_rules.redeem(stored, req.token, req.cluster_uuid, expected, now,
                                            joiner_key_fingerprint=req.key_fingerprint, redeemed_by=redeemed_by)
             if not decision.ok:
+                if decision.reason == reasons.TOKEN_USED and cp is not None and secret is None and \
+                        invite_rules.stranded(stored, now, STRANDED_AFTER):
+                    # A crash left the redemption before its Secret and a join with another key came: it can never
+                    # complete. Mark it so the reconciler issues a fresh string, with its reason.
+                    try:
+                        await self.kube.update_status(CLUSTERPEERS, {**cp, "status": {
+                            **status, "invite": invite_rules.mark_abandoned(stored, now)}})
+                    except Conflict:
+                        continue
+                    decision = invite_rules.Redemption("refuse", reasons.TOKEN_USED, (
+                        "the connection string was redeemed by a join with another key that never completed; the "
+                        "inviting cluster issues a new connection string (Ready reason RedeemedWithAnotherKey): "
+                        "join with that one"))
                 log.info("join refused", extra={"remote": call.remote, "reason": decision.reason})
                 raise _refuse(decision.reason, decision.message)
-            assert cp is not None and name is not None
+            assert cp is not None and name is not None and stored is not None
             if not isinstance(status.get("offer"), dict):
                 raise _not_ready("the offer of this peering is not computed yet")
             ours = offer_rules.own_keys_problem(req.offer, status["offer"])
             if ours is not None:
                 log.info("join refused", extra={"remote": call.remote, "reason": reasons.MALFORMED})
                 raise _refuse(reasons.MALFORMED, ours)
+            claim = join_rules.claimed_uuid_problem(req.cluster_uuid, own_uuid=own_uuid,
+                                                    in_use=self._uuids_in_use(name), side="the joining cluster")
+            if claim is not None:
+                log.info("join refused", extra={"remote": call.remote, "reason": reasons.CLUSTER_UUID_IN_USE})
+                raise _refuse(reasons.CLUSTER_UUID_IN_USE, claim)
             if decision.outcome == "reanswer":
-                if not values.get("client.key"):
-                    raise _not_ready("the first answer is still being stored")
-                return self._answer(own_uuid, name, ca, _first_cert(values["issued.crt"]),
-                                    pki.csr_for_key(values["client.key"], own_uuid), status["offer"])
+                if creds.redeemer(values) == redeemed_by and values.get("client.key"):
+                    return self._answer(own_uuid, name, ca, _first_cert(values["issued.crt"]),
+                                        pki.csr_for_key(values["client.key"], own_uuid), status["offer"])
+                break  # the status names this joiner but a crash lost what came after: rebuild it below
             try:
-                await self.kube.update_status(CLUSTERPEERS, {**cp, "status": {
-                    **status, "invite": invite_rules.mark_used(status["invite"])}})
+                used = invite_rules.mark_used(stored, invite_rules.Redeemer(req.cluster_uuid, req.key_fingerprint), now)
+                await self.kube.update_status(CLUSTERPEERS, {**cp, "status": {**status, "invite": used}})
             except Conflict:
                 continue  # someone else wrote first: read again; the token is then used (or still free)
             break
         else:
             raise _refuse(reasons.TOKEN_USED, "the connection string is being redeemed by another join; a string is valid "
                           "for one connection, ask the inviting cluster for a new one")
+        return await self._complete(req, name, own_uuid, ca, status["offer"])
+
+    async def _complete(self, req: join_rules.JoinRequest, name: str, own_uuid: str, ca: pki.CertAndKey,
+                        offer: dict) -> dict:
+        """What follows the redemption's status write: sign, store the peer Secret, answer. Run again whole when a
+        crash cut it short, the status write being the record of who redeemed."""
         material = pki.make_key_and_csr(own_uuid)
         now = self.ctx.clock.now()
         try:
@@ -139,7 +173,15 @@ class JoinHandler:
         log.info("join accepted", extra={"clusterpeer": name, "peer": req.cluster_uuid})
         if self.on_joined is not None:
             self.on_joined(name)
-        return self._answer(own_uuid, name, ca, issued, material.cert_pem, status["offer"])
+        return self._answer(own_uuid, name, ca, issued, material.cert_pem, offer)
+
+    def _uuids_in_use(self, name: str) -> dict[str, str]:
+        """The cluster UUIDs the other live ClusterPeers of this cluster stand for (from the caches)."""
+        peers = []
+        for cp in self.clusterpeers.items():
+            key = (cp.get("metadata") or {}).get("name") or ""
+            peers.append((key, cp, creds.secret_values(self.secrets.get(peer_secret_name(key), self.namespace))))
+        return join_rules.uuids_in_use(peers, exclude=name)
 
     def _answer(self, own_uuid: str, name: str, ca: pki.CertAndKey, certificate: str, csr: str, offer: dict) -> dict:
         return join_rules.join_answer(cluster_uuid=own_uuid, alias=name, entrance=self.ctx.settings.entrance_host,

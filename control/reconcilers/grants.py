@@ -103,7 +103,7 @@ class GrantsReconciler:
             status = cp["status"]
             peer = status["peer"]
             derived = entitlements(
-                cp, peer_uuid=peer["clusterUUID"], peer=peer,
+                cp, peer=peer,
                 local_capabilities=validated_capabilities(self.capabilities.items(), self.discovery.namespaced),
                 local_projects=project_rules.local_projects(self.projects.items(), self.namespaces.items()))
             ready = cond.get_condition(status.get("conditions"), cond.READY) or {}

@@ -13,8 +13,8 @@ from control.clock import SYSTEM, Clock
 
 @dataclasses.dataclass
 class PeerMemory:
-    #: (generation of the spec it was seen with, reason, message) of the last join refusal.
-    join_error: tuple[int, str, str] | None = None
+    #: ((uid, generation) of the spec it was seen with, reason, message) of the last join refusal.
+    join_error: tuple[tuple[str, int], str, str] | None = None
     #: monotonic time before which a transient join failure is not retried.
     join_retry_at: float = 0.0
     join_failures: int = 0

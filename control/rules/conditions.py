@@ -66,8 +66,12 @@ PROVIDER_NOT_READY = "ProviderNotReady"
 PROVIDER_REJECTED = "ProviderRejected"
 FOREIGN_PROVIDER = "ForeignProvider"
 AWAITING_ISSUER = "AwaitingIssuer"
+PREFIX_CONFLICT = "PrefixConflict"
 #: Reasons user-authn gives a provider, passed on as they are with their message.
-USER_AUTHN_REASONS = frozenset({"PrefixConflict", "InvalidSpec", "DiscoveryFailed", "ApplyError"})
+USER_AUTHN_REASONS = frozenset({PREFIX_CONFLICT, "InvalidSpec", "DiscoveryFailed", "ApplyError"})
+#: TokenExchangeReady reasons that make Ready False: the peer's consumers cannot be served at all, and with
+#: PrefixConflict their usernames could be another peering's.
+READY_BLOCKING_PROVIDER_REASONS = frozenset({PROVIDER_REJECTED, FOREIGN_PROVIDER, PREFIX_CONFLICT})
 
 
 @dataclass(frozen=True)
@@ -244,6 +248,7 @@ PERMANENT_JOIN_REASONS = frozenset(
         reasons.TOKEN_EXPIRED,
         reasons.TOKEN_USED,
         reasons.CLUSTER_NOT_EXPECTED,
+        reasons.CLUSTER_UUID_IN_USE,
         reasons.MALFORMED,
         "UnsupportedVersion",
         "TooLong",
@@ -316,7 +321,8 @@ def _now_text(now: datetime | None) -> str:
 
 def readiness(state: PeeringState, now: datetime | None = None) -> Readiness:
     """The phase and the Ready condition. Ready is True only when the peering works end to end; the self-check
-    conditions never affect it, TokenExchangeReady only through ProviderRejected and ForeignProvider."""
+    conditions never affect it, TokenExchangeReady only through ProviderRejected, ForeignProvider and
+    PrefixConflict."""
     if state.credentials_from_other_ca:
         return Readiness(
             ERROR,
@@ -352,15 +358,18 @@ def readiness(state: PeeringState, now: datetime | None = None) -> Readiness:
         if not inv.get("tokenHash"):
             return Readiness(PENDING, Cond("False", INVITE_PENDING, "the connection string is being issued"))
         if inv.get("used") is True:
+            redeemer = inv.get("redeemer") if isinstance(inv.get("redeemer"), dict) else {}
+            who = f" by cluster {redeemer['clusterUUID']}" if redeemer.get("clusterUUID") else ""
             return Readiness(
                 PENDING,
                 Cond(
                     "False",
                     CREDENTIALS_PENDING,
-                    "the connection string was used; waiting for the joining cluster to complete the exchange",
+                    f"the connection string was used{who}; waiting for the joining cluster to complete the exchange "
+                    "(a new string is issued if it does not within spec.invite.tokenTTL)",
                 ),
             )
-        from control.rules.invite import parse_time  # the invite rules own the time format of status.invite
+        from control.rules.invite import REISSUE_REASONS, parse_time  # the invite rules own status.invite
 
         expires = parse_time(inv.get("expiresAt"))
         if inv.get("used") is not True and expires is not None and now is not None and now >= expires:
@@ -368,6 +377,11 @@ def readiness(state: PeeringState, now: datetime | None = None) -> Readiness:
                 PENDING,
                 Cond("False", INVITE_EXPIRED, "the connection string expired unused; a new one is being issued"),
             )
+        # JoinAbandoned, RedeemedWithAnotherKey: the string was re-issued (the invite rules own those reasons).
+        reissue = inv.get("reissue") if isinstance(inv.get("reissue"), dict) else {}
+        if reissue.get("reason") in REISSUE_REASONS and isinstance(reissue.get("message"), str):
+            return Readiness(PENDING, Cond("False", reissue["reason"], reissue["message"] + (
+                f" (valid until {inv.get('expiresAt')})" if inv.get("expiresAt") else "")))
         return Readiness(
             PENDING,
             Cond(
@@ -403,7 +417,7 @@ def _active_ready(state: PeeringState) -> Cond:
     if state.credentials_undelivered:
         return Cond("False", CREDENTIALS_PENDING, "the inviting cluster has not received our certificate for its "
                                                   "key yet (POST /peering/v1/credentials); retrying")
-    if te is not None and te.reason in (PROVIDER_REJECTED, FOREIGN_PROVIDER):
+    if te is not None and te.reason in READY_BLOCKING_PROVIDER_REASONS:
         return Cond("False", te.reason, te.message)
     if not state.has_peer_offer:
         return Cond("False", AWAITING_OFFER, "waiting for the peer's first offer")

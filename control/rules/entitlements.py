@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from contract.names import peering_identity
 from control.rules.capabilities import ValidatedCapability
 from control.rules.effective import EffectiveResult, effective_capabilities
 from control.rules.grants import Grants, desired_grants
@@ -38,14 +39,16 @@ NONE = Entitlements()
 """A peering that is not established entitles to nothing."""
 
 
-def entitlements(clusterpeer: dict, *, peer_uuid: str, peer: dict | None,
+def entitlements(clusterpeer: dict, *, peer: dict | None,
                  local_capabilities: Mapping[str, ValidatedCapability],
                  local_projects: Mapping[str, list[str]]) -> Entitlements:
     """For an established peering: `peer` is its status.peer (the peer's last accepted offer; None until the
-    first arrives), `peer_uuid` the peer's cluster UUID. Opened capabilities are spec.capabilities."""
+    first arrives). The grants name the peer's consumers by the peering's identity here (the uid of `clusterpeer`,
+    `contract.names.peering_identity`), never by the UUID the peer claims. Opened capabilities are spec.capabilities."""
     opened = [c for c in (clusterpeer.get("spec") or {}).get("capabilities") or [] if isinstance(c, str)]
     effective = effective_capabilities(opened, peer.get("capabilities") if peer is not None else None,
                                        local_capabilities)
     pairs = tuple(pair_projects(local_projects, (peer or {}).get("projects")))
-    grants = desired_grants(clusterpeer, peer_uuid, effective.effective, local_capabilities, paired_namespaces(pairs))
+    grants = desired_grants(clusterpeer, peering_identity(clusterpeer), effective.effective, local_capabilities,
+                            paired_namespaces(pairs))
     return Entitlements(effective, pairs, grants)

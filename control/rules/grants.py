@@ -2,7 +2,8 @@
 
 Project scope: a Role and a RoleBinding in every namespace of every paired project. Cluster scope: a ClusterRole
 and a ClusterRoleBinding. Subjects are the users Dex puts into exchanged tokens:
-`peering:<peer-uuid>:system:serviceaccount:<ns>:<name>` for each consumer of the local capability.
+`peering:<identity>:system:serviceaccount:<ns>:<name>` for each consumer of the local capability, where the
+identity is the uid of our ClusterPeer of the peering (`contract.names.peering_identity`), never the peer's claim.
 Every object is labelled and owned by the ClusterPeer, so deleting the ClusterPeer removes the grants at once.
 """
 
@@ -26,8 +27,8 @@ def grant_name(clusterpeer: str, capability: str) -> str:
     return ownership.bounded_name(f"{NAME_PREFIX}{clusterpeer}:{capability}")
 
 
-def subjects(peer_uuid: str, consumers: Iterable[tuple[str, str]]) -> list[dict]:
-    prefix = username_prefix(peer_uuid)
+def subjects(identity: str, consumers: Iterable[tuple[str, str]]) -> list[dict]:
+    prefix = username_prefix(identity)
     return [
         {"kind": "User", "apiGroup": RBAC_GROUP, "name": f"{prefix}system:serviceaccount:{ns}:{name}"}
         for ns, name in sorted(set(consumers))
@@ -55,7 +56,7 @@ def _meta(name: str, clusterpeer: dict, capability: str, namespace: str | None =
 
 def desired_grants(
     clusterpeer: dict,
-    peer_uuid: str,
+    identity: str,
     effective: Iterable[EffectiveCapability],
     local: Mapping[str, ValidatedCapability],
     paired_namespaces: Iterable[str],
@@ -70,7 +71,7 @@ def desired_grants(
         if mine is None or not mine.accepted:
             continue
         name = grant_name(cp_name, cap.name)
-        subs = subjects(peer_uuid, mine.consumers)
+        subs = subjects(identity, mine.consumers)
         granted_ns: list[str] = []
         project_rules = mine.rules_for("project")
         if project_rules and namespaces:

@@ -133,14 +133,24 @@ class InviteDecision:
 
 
 def decide_invite(current: dict | None, *, ttl: timedelta, now: datetime) -> InviteDecision:
-    """Whether an Invite ClusterPeer needs a new connection string.
+    """Whether an Invite ClusterPeer needs a new connection string. Call it only while no peer Secret exists (the
+    exchange has not started on this side): once it has, the invite is history.
 
-    A new one when there is none or the unused one expired; never while a valid unused one exists, and never
-    once one was used (the peering exists; `used` stays true).
+    A new one when there is none or the unused one expired; never while a valid unused one exists. A used one is
+    kept while its redemption may still complete: the redeemer retrying with its key is answered and whatever is
+    missing rebuilt. It is re-issued (`why` is then the reason Ready shows) when the redemption can no longer
+    complete: a join with another key found it stranded (`abandoned`: RedeemedWithAnotherKey), or the redeemer did
+    not come back within `ttl` of redeeming it (JoinAbandoned).
     """
     if not current or not current.get("tokenHash") or not current.get("tokenID"):
         return InviteDecision(True, now + ttl, "Missing")
     if current.get("used") is True:
+        abandoned = current.get("abandoned")
+        if isinstance(abandoned, dict) and abandoned.get("reason") == REDEEMED_WITH_ANOTHER_KEY:
+            return InviteDecision(True, now + ttl, REDEEMED_WITH_ANOTHER_KEY)
+        deadline = completion_deadline(current, ttl)
+        if deadline is not None and now >= deadline:
+            return InviteDecision(True, now + ttl, JOIN_ABANDONED)
         return InviteDecision(False, why="Used")
     if not current.get("connectionString"):
         # The secret is not stored, so a lost string can only be replaced, never shown again.
@@ -153,25 +163,97 @@ def decide_invite(current: dict | None, *, ttl: timedelta, now: datetime) -> Inv
     return InviteDecision(False, why="Valid")
 
 
-def invite_status(token: Token, connection_string: str, expires_at: datetime) -> dict:
-    """The status.invite of a freshly issued string."""
-    return {
+#: Ready reasons of an Invite whose string was re-issued because the redemption of the previous one could not
+#: complete (docs/protocol.md §5).
+JOIN_ABANDONED = "JoinAbandoned"
+REDEEMED_WITH_ANOTHER_KEY = "RedeemedWithAnotherKey"
+REISSUE_REASONS = frozenset({JOIN_ABANDONED, REDEEMED_WITH_ANOTHER_KEY})
+
+
+def completion_deadline(current: dict, ttl: timedelta) -> datetime | None:
+    """Until when a used string's redemption may complete: `ttl` after `redeemer.redeemedAt`; for a string used
+    before the redeemer was recorded, its expiry."""
+    redeemer = current.get("redeemer") if isinstance(current.get("redeemer"), dict) else {}
+    redeemed = parse_time(redeemer.get("redeemedAt"))
+    if redeemed is not None:
+        return redeemed + ttl
+    return parse_time(current.get("expiresAt"))
+
+
+def invite_status(token: Token, connection_string: str, expires_at: datetime, *,
+                  previous: dict | None = None, why: str = "", now: datetime | None = None) -> dict:
+    """The status.invite of a freshly issued string. When it replaces a used string whose redemption could not
+    complete (`why` in REISSUE_REASONS), `reissue` says so, naming the previous redeemer."""
+    out = {
         "connectionString": connection_string,
         "expiresAt": format_time(expires_at),
         "tokenHash": token_hash(token.secret),
         "tokenID": token.token_id,
         "used": False,
     }
+    if why in REISSUE_REASONS and previous:
+        out["reissue"] = {"reason": why, "message": reissue_message(why, previous.get("redeemer")),
+                          **({"at": format_time(now)} if now else {})}
+    return out
 
 
-def mark_used(current: dict) -> dict:
-    """status.invite after a successful redemption (written with a resourceVersion precondition)."""
-    return {**current, "used": True}
+def reissue_message(why: str, redeemer) -> str:
+    """Ready's message while a re-issued string waits to be used."""
+    who = "a cluster"
+    if isinstance(redeemer, dict) and redeemer.get("clusterUUID"):
+        who = f"cluster {redeemer['clusterUUID']}" + (f" at {redeemer['redeemedAt']}" if redeemer.get("redeemedAt")
+                                                        else "")
+    if why == REDEEMED_WITH_ANOTHER_KEY:
+        detail = ("and then a join came with the same string and another key, so the first redemption can no longer "
+                  "complete (the joining ClusterPeer was probably re-created)")
+    else:
+        detail = "and did not complete the exchange in time (the joining cluster gave up or was stopped)"
+    return (f"the previous connection string was redeemed by {who} {detail}; a new connection string was issued "
+            "in status.invite.connectionString: give it to the joining cluster")
+
+
+def mark_used(current: dict, redeemer: "Redeemer", now: datetime) -> dict:
+    """status.invite after a successful redemption, written with a resourceVersion precondition: the token is used
+    and who redeemed it is recorded in the same write, so that a crash after it loses nothing (the same joiner
+    retrying is answered again, whatever came after the write is rebuilt)."""
+    out = {k: v for k, v in current.items() if k not in ("reissue", "abandoned")}
+    return {**out, "used": True, "redeemer": {"clusterUUID": redeemer.cluster_uuid,
+                                              "keyFingerprint": redeemer.key_fingerprint,
+                                              "redeemedAt": format_time(now)}}
+
+
+def mark_abandoned(current: dict, now: datetime) -> dict:
+    """status.invite once a join with another key found the redemption stranded (no peer Secret was ever written):
+    the reconciler then issues a fresh string with reason RedeemedWithAnotherKey."""
+    return {**current, "abandoned": {"reason": REDEEMED_WITH_ANOTHER_KEY, "at": format_time(now)}}
+
+
+def stranded(current: dict | None, now: datetime, grace: timedelta) -> bool:
+    """Whether a used string whose peer Secret does not exist was cut short by a crash: used, not yet marked
+    abandoned, and redeemed more than `grace` ago (or before the redeemer was recorded). A redemption still under
+    way between its two writes is younger than that."""
+    if not current or current.get("used") is not True or current.get("abandoned"):
+        return False
+    redeemer = current.get("redeemer") if isinstance(current.get("redeemer"), dict) else {}
+    redeemed = parse_time(redeemer.get("redeemedAt"))
+    return redeemed is None or now - redeemed >= grace
+
+
+def recorded_redeemer(current: dict | None) -> "Redeemer | None":
+    """Who redeemed the string, as status.invite records it, or None."""
+    r = (current or {}).get("redeemer")
+    if not isinstance(r, dict):
+        return None
+    uuid, fp = r.get("clusterUUID"), r.get("keyFingerprint")
+    if not isinstance(uuid, str) or not isinstance(fp, str) or not uuid or not fp:
+        return None
+    return Redeemer(uuid, fp)
 
 
 @dataclass(frozen=True)
 class Redeemer:
-    """Who redeemed a token: kept by the caller (the peer Secret) to answer a repeated join again."""
+    """Who redeemed a token: recorded in status.invite.redeemer by the write that marks it used (and, before that
+    record existed, read from the peer Secret), to answer a repeated join again."""
 
     cluster_uuid: str
     key_fingerprint: str
@@ -181,8 +263,8 @@ class Redeemer:
 class Redemption:
     """The join endpoint's decision.
 
-    outcome: "accept" (mark used, sign, answer), "reanswer" (same cluster and key after a success: answer the
-    stored result again, write nothing), "refuse" (answer `reason` with `message`).
+    outcome: "accept" (mark used, sign, answer), "reanswer" (the same cluster and key that redeemed it: answer the
+    stored result again, or rebuild what a crash left unwritten), "refuse" (answer `reason` with `message`).
     """
 
     outcome: str
@@ -216,9 +298,9 @@ def redeem(
     Order: token (constant time, unknown and wrong alike) → a used token (the same cluster and key get the same
     answer again, anyone else TokenUsed) → expiry → expected cluster.
 
-    `redeemed_by` is who the peer Secret `peer-<clusterpeer>` names, when it exists. The Secret is created (an
-    atomic create) in the same redemption as `used` is set, in either order; whichever of the two a crash left
-    behind, the token counts as taken: the same cluster and key are answered again, anyone else gets TokenUsed.
+    `redeemed_by` is who redeemed it: status.invite.redeemer (written with `used`), else who the peer Secret
+    `peer-<clusterpeer>` names. Whatever a crash left behind, the token counts as taken: the same cluster and key
+    are answered again, anyone else gets TokenUsed.
     """
     parts = split_token(presented_token)
     presented_id, presented_secret = parts if parts else ("", "")

@@ -8,6 +8,9 @@ over mTLS. docs/protocol.md describes the same messages for people.
 
 from __future__ import annotations
 
+import ipaddress
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from contract import reasons
@@ -33,6 +36,99 @@ class JoinError(InputError):
     """A join message that cannot be used; `reason` is machine-readable, the message never carries the token."""
 
     codes = JOIN_REFUSAL_CODES
+
+
+# --- who the other side says it is, and where it says it is --------------------------------------------------------
+
+#: RFC 4122 text form, the same pattern as the CRD's expectedClusterUUID.
+UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_LABEL_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$")
+MAX_HOST = 253
+
+
+def uuid_problem(value: str, what: str) -> str | None:
+    """Why `value` is not a cluster UUID in RFC 4122 text form (`what` names the field), or None."""
+    if UUID_RE.match(value):
+        return None
+    return (f"{what} {value[:40]!r} is not a cluster UUID (RFC 4122 text form, 8-4-4-4-12 hexadecimal digits as in "
+            "ConfigMap kube-system/d8-cluster-uuid); the other side is not a peering module of a Deckhouse cluster")
+
+
+def host_problem(value: str, what: str) -> str | None:
+    """Why `value` is not a host name or IP address with an optional port, or None.
+
+    A path, a query, userinfo, a scheme or whitespace is refused: the control loop sends the peering protocol to
+    `https://<value>` and nothing of the value may change what that URL names (docs/design-changes.md, SSRF)."""
+    bad = (f"{what} {value[:80]!r} is not a host name or IP address with an optional port (such as "
+           "peering-gateway.example.com or peering-gateway.example.com:8443)")
+    if not value or any(c.isspace() for c in value) or any(c in value for c in "/?#@\\%"):
+        return bad + ": it may not carry a scheme, path, query, userinfo or whitespace"
+    host, port = value, None
+    if value.startswith("["):
+        end = value.find("]")
+        host, rest = value[1:end], value[end + 1:]
+        if end < 0 or (rest and not rest.startswith(":")):
+            return bad
+        port = rest[1:] if rest else None
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return bad + ": the address in brackets is not an IPv6 address"
+    else:
+        if value.count(":") > 1:
+            return bad + ": write an IPv6 address in brackets, [2001:db8::1]:443"
+        if ":" in value:
+            host, port = value.split(":")
+        if len(host) > MAX_HOST:
+            return bad + f": the host is longer than {MAX_HOST} characters"
+        labels = host.removesuffix(".").split(".")
+        if not all(_LABEL_RE.match(label) for label in labels):
+            return bad + ": each label of a host name is 1 to 63 letters, digits and inner hyphens"
+        if labels[-1].isdigit():
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                return bad + ": it is neither a host name (whose last label is not all digits) nor an IPv4 address"
+    if port is not None and not (port.isdigit() and port.isascii() and 0 < int(port) < 65536 and port[0] != "0"):
+        return bad + ": the port is not a number from 1 to 65535"
+    return None
+
+
+def uuids_in_use(peers: Iterable[tuple[str, dict, dict[str, str]]], *, exclude: str) -> dict[str, str]:
+    """The cluster UUIDs the live ClusterPeers of this cluster other than `exclude` stand for, lower-cased, each
+    with the name of its ClusterPeer: from `(name, clusterpeer, values of its peer Secret)`.
+
+    A ClusterPeer holds a UUID from the moment it redeemed or was redeemed (status.invite.redeemer, the peer
+    Secret's peer-uuid) until it is deleted (a deletionTimestamp frees it)."""
+    out: dict[str, str] = {}
+    for name, cp, values in peers:
+        if name == exclude or ((cp or {}).get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        status = (cp or {}).get("status") or {}
+        found = (((status.get("peer") or {}).get("clusterUUID")),
+                 ((status.get("invite") or {}).get("redeemer") or {}).get("clusterUUID"),
+                 (values or {}).get("peer-uuid"))
+        for uuid in found:
+            if isinstance(uuid, str) and uuid:
+                out.setdefault(uuid.lower(), name)
+    return out
+
+
+def claimed_uuid_problem(claimed: str, *, own_uuid: str, in_use: dict[str, str], side: str) -> str | None:
+    """Why the other side may not claim `claimed` (the message of ClusterUUIDInUse), or None.
+
+    `side` names who claims it ("the joining cluster", "the inviting cluster"). The claim is still only shown:
+    the peer's identity here is our ClusterPeer's uid (contract.names.peering_identity)."""
+    key = claimed.lower()
+    if own_uuid and key == own_uuid.lower():
+        return (f"{side} claims cluster UUID {claimed}, which is this cluster's own; a cluster cannot peer with "
+                "itself, and a copied UUID is refused: check that the connection string went to the right cluster")
+    if key in in_use:
+        return (f"{side} claims cluster UUID {claimed}, which the live ClusterPeer {in_use[key]} of this cluster "
+                "already stands for; two peerings never share a cluster UUID. If that cluster is joining again, "
+                f"delete ClusterPeer {in_use[key]} there first and then the joining ClusterPeer, and join anew; "
+                "otherwise the claim is false: do not trust the string's holder")
+    return None
 
 
 def join_request(
@@ -78,6 +174,9 @@ def parse_join_request(body) -> JoinRequest:
     uuid = _str(body, "clusterUUID", 36)
     alias = _str(body, "alias", MAX_ALIAS)
     entrance = _str(body, "entrance", 260)
+    for problem in (uuid_problem(uuid, "clusterUUID"), host_problem(entrance, "entrance")):
+        if problem is not None:
+            raise JoinError(reasons.MALFORMED, f"the join request's {problem}")
     ca_pem = _str(body, "caBundle", MAX_PEM)
     csr_pem = _str(body, "csr", MAX_PEM)
     try:
@@ -142,6 +241,9 @@ def check_join_answer(body, inv: Invitation, *, own_uuid: str, own_key_fingerpri
             f"the join answer comes from cluster {fields['clusterUUID']}, the connection string names "
             f"{inv.cluster_uuid}; get a new connection string",
         )
+    entrance = host_problem(fields["entrance"], "entrance")
+    if entrance is not None:
+        raise JoinError(INVALID_ANSWER, f"the join answer's {entrance}")
     cert = fields["certificate"]
     try:
         ok = (

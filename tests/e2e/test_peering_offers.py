@@ -78,9 +78,9 @@ async def test_a_capability_of_cluster_scope_is_granted_with_a_clusterrole_and_i
     binding = await until(lambda: a.api.get(RBAC, "clusterrolebindings", name), what="its ClusterRoleBinding")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]
     assert binding["roleRef"] == {"apiGroup": RBAC, "kind": "ClusterRole", "name": name}
-    b_uuid = b.info()["uuid"]
-    assert [s["name"] for s in binding["subjects"]] == [f"peering:{b_uuid}:system:serviceaccount:consumer:app"]
+    # The subject is named by the identity a assigned (its ClusterPeer's uid), never by the UUID b claims.
     owner = clusterpeer(a, "to-b")["metadata"]["uid"]
+    assert [s["name"] for s in binding["subjects"]] == [f"peering:{owner}:system:serviceaccount:consumer:app"]
     for obj in (role, binding):
         assert [r["uid"] for r in obj["metadata"]["ownerReferences"]] == [owner]
     # A capability of cluster scope gives no Role in the project's namespaces, and one of project scope no

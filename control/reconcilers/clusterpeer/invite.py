@@ -1,6 +1,6 @@
-"""Invite: the inviting side's status.invite, a connection string issued when there is none or the unused one
-expired (`rules.invite.decide_invite`). The string is redeemed elsewhere: by the joining cluster's
-`POST /v1/join`, answered in `control/handlers/join.py`."""
+"""Invite: the inviting side's status.invite, a connection string issued when there is none, the unused one
+expired, or the used one's redemption can no longer complete (`rules.invite.decide_invite`). The string is
+redeemed elsewhere: by the joining cluster's `POST /v1/join`, answered in `control/handlers/join.py`."""
 
 from __future__ import annotations
 
@@ -44,9 +44,13 @@ def invite(obs: Observed, *, join_host: str, entrance_host: str, join_ca: Callab
             text = connstring.encode(inv)
         except ValueError as exc:
             return InviteOutcome(current, (INVALID_SPEC, str(exc)))
-        current = invite_rules.invite_status(token, text, decision.expires_at)
+        current = invite_rules.invite_status(token, text, decision.expires_at, previous=current, why=decision.why,
+                                             now=obs.now)
         log.info("connection string issued", extra={"clusterpeer": obs.key, "why": decision.why,
                                                     "tokenID": token.token_id})
     expires = invite_rules.parse_time(current.get("expiresAt")) if current else None
-    wait = (expires - obs.now).total_seconds() + 0.5 if expires and not current.get("used") else MAX_REQUEUE
+    if current and current.get("used"):
+        # A used string is looked at again when its redemption's time to complete runs out.
+        expires = invite_rules.completion_deadline(current, obs.spec.ttl)
+    wait = (expires - obs.now).total_seconds() + 0.5 if expires else MAX_REQUEUE
     return InviteOutcome(current, None, max(0.5, wait))

@@ -1,9 +1,14 @@
 """Join: the joining side redeems the inviter's connection string with `POST /v1/join` and stores what the answer
 brings (the inviter's CA, the certificate it issued for our key, the one we issue for its key).
 
-The key is stored before the request leaves the cluster, so a repeated join presents the same key and the inviter
-answers it again. A refusal the administrator must fix (`conditions.PERMANENT_JOIN_REASONS`) is not retried until
-the spec changes; any other failure is retried with a backoff.
+A string naming our own cluster UUID is refused before anything is sent, an answer from an inviter claiming a live
+peer's UUID is refused before anything is stored (ClusterUUIDInUse; the inviter itself refuses a joiner it already
+peers with, with the same reason, which is shown as it is). The key is stored before the request leaves the
+cluster, so a repeated join presents the same key and the inviter answers it again; each write is resumable: a
+crash after the key's write joins again with it, a crash after the answer's write finds the answer stored and goes
+on to deliver our half. A refusal the administrator must fix (`conditions.PERMANENT_JOIN_REASONS`) is not retried
+until the spec changes (a ClusterPeer made again under the same name is a new spec); any other failure is retried
+with a backoff.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ from __future__ import annotations
 import datetime
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
+from contract import reasons
 from control import pki
 from control.clock import Clock
 from control.kube import KubeSession
@@ -42,8 +49,11 @@ class JoinOutcome:
 
 class Joiner:
     def __init__(self, kube: KubeSession, client: PeerClient, memory: Memory, clock: Clock, *, namespace: str,
-                 entrance_host: str, client_cert_lifetime: datetime.timedelta = pki.CLIENT_CERT_LIFETIME) -> None:
+                 entrance_host: str, client_cert_lifetime: datetime.timedelta = pki.CLIENT_CERT_LIFETIME,
+                 uuids_in_use: Callable[[str], dict[str, str]] = lambda name: {}) -> None:
         self.kube = kube
+        #: The cluster UUIDs the other live ClusterPeers stand for (`rules.join.uuids_in_use`), by ClusterPeer.
+        self.uuids_in_use = uuids_in_use
         self.client_cert_lifetime = client_cert_lifetime
         self.client = client
         self.memory = memory
@@ -59,13 +69,22 @@ class Joiner:
         inv = obs.spec.invitation
         if obs.spec.problem is not None or inv is None:
             return JoinOutcome(values, problem=obs.spec.problem)
-        generation = int(obs.generation or 0)
+        # The spec a refusal was seen with: the object (its uid: a ClusterPeer deleted and made again under the same
+        # name is a new join, even when no pass saw it absent) and its generation.
+        generation = ((obs.cp.get("metadata") or {}).get("uid") or "", int(obs.generation or 0))
+        if mem.join_error is not None and mem.join_error[0][0] != generation[0]:
+            mem.join_error, mem.join_failures, mem.join_retry_at = None, 0, 0.0
         if mem.join_error is not None and mem.join_error[0] == generation and \
                 mem.join_error[1] in cond.PERMANENT_JOIN_REASONS:
             # The inviter refused for a reason only a new connection string fixes: do not knock again.
             return JoinOutcome(values)
         if self.clock.monotonic() < mem.join_retry_at:
             return JoinOutcome(values, wait=mem.join_retry_at - self.clock.monotonic())
+        claim = join_rules.claimed_uuid_problem(inv.cluster_uuid, own_uuid=obs.own_uuid, in_use={},
+                                                side="the inviting cluster")
+        if claim is not None:
+            # A string naming this cluster itself: nothing leaves the cluster.
+            return self._failed(obs, mem, values, generation, reasons.CLUSTER_UUID_IN_USE, claim)
         if not values.get("client.key"):
             # Keep the key before the CSR leaves the cluster, so a repeated join presents the same key.
             material = pki.make_key_and_csr(obs.own_uuid)
@@ -87,6 +106,12 @@ class Joiner:
             ours = offer_rules.own_keys_problem(checked.offer, obs.offer)
             if ours is not None:
                 raise join_rules.JoinError(join_rules.INVALID_ANSWER, ours)
+            # An honest inviter refuses a join of a cluster it already peers with (ClusterUUIDInUse, shown as it
+            # is); an inviter that accepted while claiming a live peer's UUID is not stored.
+            claim = join_rules.claimed_uuid_problem(checked.cluster_uuid, own_uuid=obs.own_uuid,
+                                                    in_use=self.uuids_in_use(obs.key), side="the inviting cluster")
+            if claim is not None:
+                raise join_rules.JoinError(reasons.CLUSTER_UUID_IN_USE, claim)
             issued = pki.issue_client_cert(obs.ca, checked.csr_pem, checked.cluster_uuid, now=obs.now,
                                            lifetime=self.client_cert_lifetime)
         except join_rules.JoinError as exc:
@@ -107,7 +132,7 @@ class Joiner:
         # written first; the next pass, a moment later, delivers the certificate.
         return JoinOutcome(new_values, peer=peer, wait=0.05)
 
-    def _failed(self, obs: Observed, mem: PeerMemory, values: dict[str, str], generation: int, reason: str,
+    def _failed(self, obs: Observed, mem: PeerMemory, values: dict[str, str], generation: tuple[str, int], reason: str,
                 message: str) -> JoinOutcome:
         mem.join_error = (generation, reason, message)
         mem.join_failures += 1

@@ -27,7 +27,7 @@ class ProviderKeeper:
         self.providers = providers
         self.exchange_failures = exchange_failures
 
-    async def keep(self, cp: dict, *, peer: dict | None, peer_uuid: str, own_uuid: str,
+    async def keep(self, cp: dict, *, peer: dict | None, own_uuid: str,
                    effective: list[str]) -> cond.Cond:
         """Write the provider if it differs and return TokenExchangeReady."""
         key = cp["metadata"]["name"]
@@ -48,7 +48,7 @@ class ProviderKeeper:
                                                                           ours=ours))
         if not ours:
             return cond.token_exchange_condition(cond.ProviderObservation(obj=existing, ours=False))
-        want = provider_rules.desired_provider(cp, peer_uuid=peer_uuid, local_uuid=own_uuid,
+        want = provider_rules.desired_provider(cp, local_uuid=own_uuid,
                                                issuer_url=issuer["url"], jwks=issuer["jwks"], effective=effective,
                                                api_version=resource.api_version)
         try:

@@ -23,6 +23,7 @@ from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import conditions as cond
 from control.rules import credentials as creds
 from control.rules import events as event_rules
+from control.rules import join as join_rules
 from control.rules import projects as project_rules
 from control.rules.access import desired_access
 from control.rules.capabilities import validated_capabilities
@@ -64,7 +65,8 @@ class ClusterPeerReconciler:
         self.join_tls = inf.get(SECRETS, namespace=self.namespace, field_selector=join_tls)
         self.joiner = Joiner(ctx.kube, client, memory, ctx.clock, namespace=self.namespace,
                              entrance_host=self.settings.entrance_host,
-                             client_cert_lifetime=self.settings.control.client_lifetime)
+                             client_cert_lifetime=self.settings.control.client_lifetime,
+                             uuids_in_use=self._uuids_in_use)
         self.syncer = Syncer(ctx.kube, client, memory, ctx.clock, namespace=self.namespace)
         # Read at each pass: the runtime connects the gateway's exchange failures after building the reconcilers.
         self.provider = ProviderKeeper(ctx.kube, self.providers, exchange_failures=lambda: ctx.exchange_failures())
@@ -82,6 +84,11 @@ class ClusterPeerReconciler:
 
     async def close(self) -> None:
         await self.client.close()
+
+    def _uuids_in_use(self, name: str) -> dict[str, str]:
+        """The cluster UUIDs the live ClusterPeers other than `name` stand for (`rules.join.uuids_in_use`)."""
+        return join_rules.uuids_in_use(((key_of(cp), cp, creds.secret_values(self.secrets.get(
+            peer_secret_name(key_of(cp)), self.namespace))) for cp in self.clusterpeers.items()), exclude=name)
 
     # -- event to key mapping ----------------------------------------------------------------------------------
 
@@ -166,9 +173,9 @@ class ClusterPeerReconciler:
             values, peer = synced.values, synced.peer
             waits.append(synced.wait)
             peer_uuid = (peer or {}).get("clusterUUID") or values.get("peer-uuid", "")
-            derived = entitlements(cp, peer_uuid=peer_uuid, peer=peer, local_capabilities=obs.local_capabilities,
+            derived = entitlements(cp, peer=peer, local_capabilities=obs.local_capabilities,
                                    local_projects=obs.local_projects)
-            token_exchange = await self.provider.keep(cp, peer=peer, peer_uuid=peer_uuid, own_uuid=own_uuid,
+            token_exchange = await self.provider.keep(cp, peer=peer, own_uuid=own_uuid,
                                                       effective=derived.capability_names)
             access = desired_access(key, peer_uuid, obs.ca.cert_pem, derived.capability_names)
 

@@ -148,7 +148,10 @@ async def test_join_with_garbage_is_malformed_and_unreachable_inviter_is_pending
     inv = connstring.decode(text, now=datetime.datetime.now(datetime.timezone.utc))
     import dataclasses
 
-    elsewhere = connstring.encode(dataclasses.replace(inv, join_url="https://127.0.0.1:1"))
+    import uuid
+
+    # Another cluster's string: one naming this cluster's own UUID is refused before any call (ClusterUUIDInUse).
+    elsewhere = connstring.encode(dataclasses.replace(inv, join_url="https://127.0.0.1:1", cluster_uuid=str(uuid.uuid4())))
     create_join(x, "nowhere", elsewhere)
     await until_equal(lambda: ready(clusterpeer(x, "nowhere")), ("Pending", "False", "JoinEndpointUnreachable"))
     # The key was kept before the call, so a retry presents the same key.

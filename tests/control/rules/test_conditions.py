@@ -197,8 +197,9 @@ TE_OK = Cond("True", "ProviderReady", "")
         (PeeringState("Join", credentials="complete", has_peer_offer=True, sync_error=("OfferTooLarge", "x")), "Active", "False", "OfferTooLarge"),
         (PeeringState("Join", credentials="complete", has_peer_offer=True, token_exchange=Cond("False", "ProviderRejected", "m")), "Active", "False", "ProviderRejected"),
         (PeeringState("Join", credentials="complete", has_peer_offer=True, token_exchange=Cond("False", "ForeignProvider", "m")), "Active", "False", "ForeignProvider"),
+        # PrefixConflict: the consumers' usernames could be another peering's, so the peering does not work.
+        (PeeringState("Join", credentials="complete", has_peer_offer=True, token_exchange=Cond("False", "PrefixConflict", "m")), "Active", "False", "PrefixConflict"),
         # Other TokenExchangeReady reasons do not touch Ready.
-        (PeeringState("Join", credentials="complete", has_peer_offer=True, token_exchange=Cond("False", "PrefixConflict", "m")), "Active", "True", "PeeringReady"),
         (PeeringState("Join", credentials="complete", has_peer_offer=True, token_exchange=Cond("False", "AwaitingIssuer", "m")), "Active", "True", "PeeringReady"),
         # A re-enabled module with a new CA: Error whatever else holds.
         (PeeringState("Join", credentials="complete", has_peer_offer=True, credentials_from_other_ca=True), "Error", "False", "CredentialsFromOtherCA"),

@@ -28,7 +28,7 @@ PROJECTS = {"shop": ["shop", "shop-eu"], "mine": ["mine"]}
 
 
 def test_effective_then_pairs_then_grants():
-    got = entitlements(CP, peer_uuid=UUID, peer=PEER, local_capabilities=LOCAL, local_projects=PROJECTS)
+    got = entitlements(CP, peer=PEER, local_capabilities=LOCAL, local_projects=PROJECTS)
     assert got.capability_names == ["cm"]  # nodes: the versions differ; missing: no such capability here
     assert set(got.effective.not_effective) == {"nodes", "missing"}
     assert [p.project for p in got.pairs] == ["shop"] and got.paired_count == 1
@@ -36,11 +36,11 @@ def test_effective_then_pairs_then_grants():
     roles = sorted((o["kind"], o["metadata"]["namespace"]) for o in got.grants.objects)
     assert roles == [("Role", "shop"), ("Role", "shop-eu"), ("RoleBinding", "shop"), ("RoleBinding", "shop-eu")]
     assert {s["name"] for o in got.grants.objects if o["kind"] == "RoleBinding" for s in o["subjects"]} == \
-        {f"peering:{UUID}:system:serviceaccount:d8-mod:ctl"}
+        {"peering:u-1:system:serviceaccount:d8-mod:ctl"}  # our ClusterPeer's uid, never the peer's UUID
 
 
 def test_before_the_first_offer_nothing_is_effective_and_nothing_granted():
-    got = entitlements(CP, peer_uuid=UUID, peer=None, local_capabilities=LOCAL, local_projects=PROJECTS)
+    got = entitlements(CP, peer=None, local_capabilities=LOCAL, local_projects=PROJECTS)
     assert got.capability_names == [] and got.pairs == () and got.grants.objects == []
     assert "has not arrived" in got.effective.not_effective["cm"]
     assert (NONE.capability_names, NONE.paired_count, NONE.grants.status) == ([], 0, [])

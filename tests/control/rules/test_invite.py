@@ -79,7 +79,8 @@ def _status(*, expires: datetime, used: bool = False, secret: str = "s" * 43) ->
         (_status(expires=NOW + timedelta(minutes=1)), False, "Valid"),
         (_status(expires=NOW), True, "Expired"),
         (_status(expires=NOW - timedelta(hours=1)), True, "Expired"),
-        (_status(expires=NOW - timedelta(hours=1), used=True), False, "Used"),
+        # Used before the redeemer was recorded and past its expiry with no Secret: stranded, so re-issued.
+        (_status(expires=NOW - timedelta(hours=1), used=True), True, "JoinAbandoned"),
         (_status(expires=NOW + timedelta(hours=1), used=True), False, "Used"),
         ({**_status(expires=NOW), "expiresAt": "garbage"}, True, "Unreadable"),
         ({**_status(expires=NOW + timedelta(hours=1)), "connectionString": "<omitted>"}, False, "Valid"),
@@ -103,7 +104,7 @@ def test_invite_status_keeps_only_the_hash():
         "used": False,
     }
     assert "q" * 43 not in str(st_)
-    assert invite.mark_used(st_)["used"] is True and st_["used"] is False
+    assert invite.mark_used(st_, invite.Redeemer("b", "f" * 64), NOW)["used"] is True and st_["used"] is False
 
 
 SECRET = "s" * 43

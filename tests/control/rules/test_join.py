@@ -70,7 +70,7 @@ def test_full_handshake(handshake):
     assert pki.issued_by(cert, B_CA.cert_pem)
 
     # B repeats the join after a crash: same key, same answer; another cluster gets TokenUsed.
-    used = invite.mark_used(handshake["status"])
+    used = invite.mark_used(handshake["status"], invite.Redeemer(B_UUID, parsed.key_fingerprint), NOW)
     again = invite.redeem(used, parsed.token, B_UUID, None, NOW, joiner_key_fingerprint=parsed.key_fingerprint,
                           redeemed_by=invite.Redeemer(B_UUID, pki.public_key_fingerprint(got.certificate_pem)))
     assert again.outcome == "reanswer"

@@ -17,7 +17,7 @@ CP = {"metadata": {"name": "cluster-b", "uid": "u1"}}
 
 
 def test_desired_provider():
-    p = desired_provider(CP, peer_uuid="b-uuid", local_uuid="a-uuid", issuer_url="https://api.b.lab",
+    p = desired_provider(CP, local_uuid="a-uuid", issuer_url="https://api.b.lab",
                          jwks='{"keys":[]}', effective=["storage", "dns"])
     assert p["apiVersion"] == "deckhouse.io/v1alpha1" and p["kind"] == "TokenExchangeProvider"
     assert p["metadata"]["name"] == "peering-cluster-b" == provider_name("cluster-b")
@@ -25,7 +25,7 @@ def test_desired_provider():
     assert p["spec"] == {
         "issuer": "https://api.b.lab",
         "jwks": '{"keys":[]}',
-        "usernamePrefix": "peering:b-uuid:",
+        "usernamePrefix": "peering:u1:",  # the uid of our ClusterPeer: the identity this cluster assigned
         "audiences": ["peering.deckhouse.io/a-uuid/dns", "peering.deckhouse.io/a-uuid/storage"],
     }
     assert p["metadata"]["ownerReferences"][0]["name"] == "cluster-b"
@@ -35,7 +35,7 @@ def test_desired_provider():
 def test_the_provider_is_written_at_the_served_version_and_its_name_is_the_dex_connector():
     from contract.names import provider_name as contract_provider_name
 
-    p = desired_provider(CP, peer_uuid="b", local_uuid="a", issuer_url="https://i", jwks="{}", effective=[],
+    p = desired_provider(CP, local_uuid="a", issuer_url="https://i", jwks="{}", effective=[],
                          api_version="deckhouse.io/v1beta1")
     assert p["apiVersion"] == "deckhouse.io/v1beta1"
     # A long ClusterPeer name: the provider's bounded name and the gateway's connector id are one name (they
@@ -50,11 +50,11 @@ def test_the_provider_is_written_at_the_served_version_and_its_name_is_the_dex_c
 
 
 def test_provider_diff():
-    p = desired_provider(CP, peer_uuid="b", local_uuid="a", issuer_url="https://i", jwks="{}", effective=[])
+    p = desired_provider(CP, local_uuid="a", issuer_url="https://i", jwks="{}", effective=[])
     stored = copy.deepcopy(p)
     stored["metadata"]["resourceVersion"] = "3"
     stored["status"] = {"conditions": []}
     assert diff_objects([p], [stored], "cluster-b").empty
-    changed = desired_provider(CP, peer_uuid="b", local_uuid="a", issuer_url="https://i2", jwks="{}", effective=[])
+    changed = desired_provider(CP, local_uuid="a", issuer_url="https://i2", jwks="{}", effective=[])
     d = diff_objects([changed], [stored], "cluster-b")
     assert [u["spec"]["issuer"] for u in d.update] == ["https://i2"] and d.update[0]["metadata"]["resourceVersion"] == "3"
