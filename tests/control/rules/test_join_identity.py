@@ -174,3 +174,27 @@ def test_a_join_request_with_a_bad_uuid_or_entrance_is_malformed_naming_the_fiel
     assert err.value.reason == reasons.MALFORMED and err.value.code == 400
     assert f"the join request's {key}" in err.value.message
     assert "s" * 43 not in err.value.message
+
+
+@pytest.mark.parametrize("entrance", ["peering-gateway.a.lab/x", "https://peering-gateway.a.lab", "a@b", ""])
+def test_an_answer_naming_an_entrance_that_is_more_than_a_host_is_refused(entrance):
+    from datetime import datetime, timedelta, timezone
+
+    from control import connstring, pki
+
+    now = datetime.now(timezone.utc)
+    a_ca = pki.create_ca(A_UUID, now=now)
+    inv = connstring.Invitation(A_UUID, "https://peering.a.lab", "peering-gateway.a.lab", pki.spki_pin(a_ca.cert_pem),
+                                "abcd1234", "s" * 43, now + timedelta(hours=1))
+    b_key = pki.make_key_and_csr(B_UUID)
+    answer = join_rules.join_answer(
+        cluster_uuid=A_UUID, alias="to-b", entrance=entrance, ca_pem=a_ca.cert_pem,
+        certificate_pem=pki.issue_client_cert(a_ca, b_key.cert_pem, B_UUID, now=now),
+        csr_pem=pki.make_key_and_csr(A_UUID).cert_pem, offer={})
+    with pytest.raises(join_rules.JoinError) as err:
+        join_rules.check_join_answer(answer, inv, own_uuid=B_UUID,
+                                     own_key_fingerprint=pki.public_key_fingerprint(b_key.cert_pem))
+    assert err.value.reason == join_rules.INVALID_ANSWER and "entrance" in err.value.message
+    good = join_rules.check_join_answer({**answer, "entrance": "peering-gateway.a.lab:8443"}, inv, own_uuid=B_UUID,
+                                        own_key_fingerprint=pki.public_key_fingerprint(b_key.cert_pem))
+    assert good.entrance == "peering-gateway.a.lab:8443"
