@@ -106,20 +106,24 @@ def create_project_with_prices(cluster, project: str) -> None:
                         "data": {"cluster": cluster.name}})
 
 
-async def peer_with_capability(a, b, capability: str, *, wait: bool = True, timeout: float = 30.0,
-                               **consumer: Any) -> None:
-    """The guide's first steps on clusters `a` and `b`: both install the module's PeeringCapability `capability`
-    (`create_capability`, `consumer` its keywords), a invites b (ClusterPeer `to-b`), b joins with the string
-    (`to-a`), and both open the capability. With `wait`, until both ClusterPeers are Active, Ready (PeeringReady)
-    and list the capability as effective."""
-    for cluster in (a, b):
-        create_capability(cluster, capability, **consumer)
+async def invite_join_and_open(a, b, capability: str) -> None:
+    """a invites b (ClusterPeer `to-b`), b joins with the string (`to-a`), and both open `capability`."""
     create_invite(a, "to-b")
     create_join(b, "to-a", await connection_string(a, "to-b"))
     for cluster, name in ((a, "to-b"), (b, "to-a")):
         obj = await until(lambda: clusterpeer(cluster, name), what=name)
         obj["spec"]["capabilities"] = [capability]
         cluster.api.update(obj)
+
+
+async def peer_with_capability(a, b, capability: str, *, wait: bool = True, timeout: float = 30.0,
+                               **consumer: Any) -> None:
+    """The guide's first steps on clusters `a` and `b`: both install the module's PeeringCapability `capability`
+    (`create_capability`, `consumer` its keywords), then `invite_join_and_open`. With `wait`, until both
+    ClusterPeers are Active, Ready (PeeringReady) and list the capability as effective."""
+    for cluster in (a, b):
+        create_capability(cluster, capability, **consumer)
+    await invite_join_and_open(a, b, capability)
     if not wait:
         return
     for cluster, name in ((a, "to-b"), (b, "to-a")):
