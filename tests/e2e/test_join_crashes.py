@@ -178,9 +178,14 @@ async def test_a_stranded_redemption_met_by_another_key_is_reissued_with_its_rea
         assert fresh["reissue"]["reason"] == "RedeemedWithAnotherKey"
         b.api.delete(GROUP, "clusterpeers", "again")
         await until(lambda: clusterpeer(b, "again") is None, what="the refused ClusterPeer gone")
+        # Made again at once under the same name: its join is a new one, whatever the last one left behind.
         create_join(b, "again", fresh["connectionString"])
-        await until_equal(lambda: ready(clusterpeer(b, "again")), ACTIVE, timeout=60, what="again on b Active")
-        await until_equal(lambda: ready(clusterpeer(a, "stranded")), ACTIVE, timeout=60, what="stranded Active")
+        try:
+            await until_equal(lambda: ready(clusterpeer(b, "again")), ACTIVE, timeout=60, what="again on b Active")
+            await until_equal(lambda: ready(clusterpeer(a, "stranded")), ACTIVE, timeout=60, what="stranded Active")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; b says {ready_message(clusterpeer(b, 'again'))!r}, a says "
+                                 f"{ready_message(clusterpeer(a, 'stranded'))!r}") from None
         assert "reissue" not in clusterpeer(a, "stranded")["status"]["invite"]
     finally:
         await _delete_both(a, b, "stranded", "again")

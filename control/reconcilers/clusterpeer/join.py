@@ -63,6 +63,12 @@ class Joiner:
 
     async def join(self, obs: Observed, mem: PeerMemory) -> JoinOutcome:
         values, secret = obs.values, obs.secret
+        uid = (obs.cp.get("metadata") or {}).get("uid") or ""
+        owners = {ref.get("uid") for ref in ((secret or {}).get("metadata") or {}).get("ownerReferences") or ()}
+        if owners and uid not in owners:
+            # The Secret of an earlier ClusterPeer of this name, not yet collected: its key and answer belong to
+            # that join. Start afresh (the write replaces it, or meets its deletion and runs again).
+            values = {}
         if values.get("peer-ca.crt") and values.get("client.crt"):
             # The answer arrived earlier; only our half is missing (a crash between the two writes).
             return JoinOutcome(values)
@@ -71,7 +77,7 @@ class Joiner:
             return JoinOutcome(values, problem=obs.spec.problem)
         # The spec a refusal was seen with: the object (its uid: a ClusterPeer deleted and made again under the same
         # name is a new join, even when no pass saw it absent) and its generation.
-        generation = ((obs.cp.get("metadata") or {}).get("uid") or "", int(obs.generation or 0))
+        generation = (uid, int(obs.generation or 0))
         if mem.join_error is not None and mem.join_error[0][0] != generation[0]:
             mem.join_error, mem.join_failures, mem.join_retry_at = None, 0, 0.0
         if mem.join_error is not None and mem.join_error[0] == generation and \
