@@ -22,6 +22,7 @@ import pathlib
 import signal
 import sys
 import tempfile
+import textwrap
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -157,7 +158,14 @@ def render(results: dict, command: str) -> str:
               "Lease on its way out and the other takes it at its next attempt (at most 1.2 × retry period). The "
               "reconcile of the change follows the takeover closely (the difference of the two rows): the "
               "survivor's informers are warm, so it needs no resync before reconciling."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(wrap(line) for line in lines) + "\n"
+
+
+def wrap(line: str, width: int = 115) -> str:
+    """A paragraph wrapped as the rest of RESULTS.md is; tables, headings and short lines as they are."""
+    if len(line) <= width or line.startswith(("|", "#")):
+        return line
+    return "\n".join(textwrap.wrap(line, width, break_on_hyphens=False))
 
 
 def write_section(path: pathlib.Path, text: str, section: str = SECTION) -> None:

@@ -31,7 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 from bench.control_bench import converged, machine, seed_scale, wait_for  # noqa: E402
-from bench.ha_bench import write_section  # noqa: E402
+from bench.ha_bench import wrap, write_section  # noqa: E402
 from lab.cluster import default_peering_command  # noqa: E402
 from lab.testing import lab_clusters  # noqa: E402
 from peering_lab import API_VERSION, connection_string  # noqa: E402
@@ -145,7 +145,7 @@ def render(r: dict, command: str) -> str:
              f"| Hub's `/readyz` latency under churn ({c['changes']} project adds and removes in {c['seconds']:g} s; "
              f"{c['polls']} polls) | median {c['readyz_ms']['median']} ms, p99 {c['readyz_ms']['p99']} ms, max "
              f"{c['readyz_ms']['max']} ms; {len(c['failed_polls'])} failed |"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(wrap(line) for line in lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
