@@ -69,10 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=int, default=int(os.environ.get("FUZZ_SECONDS", "60")),
                    help="seconds per harness (default: $FUZZ_SECONDS or 60)")
     p.add_argument("--out", type=pathlib.Path, default=ROOT / "build" / "fuzz", help="corpora, crashes, summary")
-    p.add_argument("harness", nargs="*", choices=[[], *HARNESSES], help="the harnesses to run (default: all)")
+    p.add_argument("harness", nargs="*", help=f"the harnesses to run (default: all of {', '.join(HARNESSES)})")
     args = p.parse_args(argv)
     if args.seconds <= 0:
         p.error("--seconds must be positive")
+    unknown = [h for h in args.harness if h not in HARNESSES]
+    if unknown:
+        p.error(f"no harness {', '.join(unknown)}; the harnesses are {', '.join(HARNESSES)}")
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for name in args.harness or HARNESSES:

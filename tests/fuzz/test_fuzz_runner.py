@@ -43,6 +43,14 @@ def test_a_run_without_progress_lines_reports_zeros_not_an_error():
     assert got["executions"] == 0 and got["crashes"] == ["csr/crash-1"] and got["exit_code"] == 1
 
 
+def test_a_wrong_harness_or_time_is_refused_with_what_to_give(capsys):
+    for argv, words in ((["nosuch"], "no harness nosuch; the harnesses are request_heads"),
+                        (["--seconds", "0"], "--seconds must be positive")):
+        with pytest.raises(SystemExit) as stopped:
+            run.main(argv)
+        assert stopped.value.code == 2 and words in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name", run.HARNESSES)
 def test_each_harness_holds_on_its_seeds_and_on_noise(name):
     pytest.importorskip("atheris", reason="the fuzz extra (pip install -e '.[fuzz]') is not installed")
