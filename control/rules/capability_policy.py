@@ -259,8 +259,9 @@ def url_refusal(url: str, verbs: set[str]) -> str | None:
     for prefix, (why, mechanism) in REFUSED_URLS.items():
         if url == prefix or url.startswith(prefix.rstrip("/") + "/"):
             return f"names the nonResourceURL {url}: {why} ({mechanism}); only get on {shared} is shared"
-    return (f"names the nonResourceURL {url}, which is not one a peer may reach; only get on {shared} is shared "
-            "(every authenticated identity has those already). Grant the resources the controller needs instead")
+    return (f"names the nonResourceURL {url}, which a capability may not grant; only get on {shared} is shared. "
+            "Discovery and OpenAPI below /api, /apis and /openapi need no rule (every authenticated identity may "
+            "read them); for anything else grant the resources the controller needs")
 
 
 def markdown_table() -> str:
