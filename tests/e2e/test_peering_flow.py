@@ -228,24 +228,6 @@ async def test_client_certificate_is_renewed_before_expiry(lab):
     await _active_ready(b, "to-a")
 
 
-async def test_provider_name_taken_by_someone_else_is_foreign_and_fails_ready(lab):
-    a, b = lab["a"], lab["b"]
-    a.api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "TokenExchangeProvider",
-                  "metadata": {"name": "peering-taken"},
-                  "spec": {"issuer": "https://elsewhere.example", "jwks": json.dumps(a.api.sa_issuer.jwks()),
-                           "usernamePrefix": "someone:",
-                           "audiences": []}})
-    create_invite(a, "taken")
-    text = await connection_string(a, "taken")
-    create_join(b, "taken", text)
-    await until_equal(lambda: (ready(clusterpeer(a, "taken")),
-                               condition(clusterpeer(a, "taken"), "TokenExchangeReady").get("reason")),
-                      (("Active", "False", "ForeignProvider"), "ForeignProvider"), timeout=20)
-    # The foreign object is left alone.
-    assert a.api.get("deckhouse.io", "tokenexchangeproviders", "peering-taken")["spec"]["usernamePrefix"] == "someone:"
-    await _active_ready(b, "taken")
-
-
 async def test_revocation_by_deleting_the_clusterpeer(lab):
     a, b = lab["a"], lab["b"]
     a.api.delete(GROUP, "clusterpeers", "to-b")
@@ -262,8 +244,38 @@ async def test_revocation_by_deleting_the_clusterpeer(lab):
                 what="provider gone")
 
 
+async def _unpeer(cluster, name: str) -> None:
+    """Delete a ClusterPeer and wait until it and its peer Secret are gone."""
+    cluster.api.delete(GROUP, "clusterpeers", name)
+    await until(lambda: clusterpeer(cluster, name) is None
+                and cluster.api.get("", "secrets", f"peer-{name}", "d8-peering") is None, what=f"{name} gone")
+
+
+async def test_provider_name_taken_by_someone_else_is_foreign_and_fails_ready(lab):
+    a, b = lab["a"], lab["b"]
+    # Two clusters peer once (ClusterUUIDInUse): b's administrator first deletes the peering a revoked above.
+    await _unpeer(b, "to-a")
+    a.api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "TokenExchangeProvider",
+                  "metadata": {"name": "peering-taken"},
+                  "spec": {"issuer": "https://elsewhere.example", "jwks": json.dumps(a.api.sa_issuer.jwks()),
+                           "usernamePrefix": "someone:",
+                           "audiences": []}})
+    create_invite(a, "taken")
+    text = await connection_string(a, "taken")
+    create_join(b, "taken", text)
+    await until_equal(lambda: (ready(clusterpeer(a, "taken")),
+                               condition(clusterpeer(a, "taken"), "TokenExchangeReady").get("reason")),
+                      (("Active", "False", "ForeignProvider"), "ForeignProvider"), timeout=20)
+    # The foreign object is left alone.
+    assert a.api.get("deckhouse.io", "tokenexchangeproviders", "peering-taken")["spec"]["usernamePrefix"] == "someone:"
+    await _active_ready(b, "taken")
+
+
 async def test_module_reenabled_with_a_new_ca_marks_old_peerings_error(lab):
     a, b = lab["a"], lab["b"]
+    # The clusters peer once: the peering of the test before goes first.
+    await _unpeer(a, "taken")
+    await _unpeer(b, "taken")
     create_invite(a, "second")
     text = await connection_string(a, "second")
     create_join(b, "second", text)
