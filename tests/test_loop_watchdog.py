@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tests.conftest import BLOCK_BOUND_ENV, LoopWatchdog
+from tests.conftest import (BLOCK_BOUND_DEFAULT, BLOCK_BOUND_ENV, BLOCK_BOUND_REAL_DEFAULT, LoopWatchdog,
+                            block_bound)
 
 pytest_plugins = ["pytester"]
 
@@ -81,6 +82,17 @@ def test_a_bound_that_is_not_positive_is_refused():
             LoopWatchdog(loop, 0)
     finally:
         loop.close()
+
+
+def test_the_bound_is_the_default_the_real_backends_or_the_environments(monkeypatch):
+    monkeypatch.delenv(BLOCK_BOUND_ENV, raising=False)
+    assert (block_bound(), block_bound(real=True)) == (BLOCK_BOUND_DEFAULT, BLOCK_BOUND_REAL_DEFAULT)
+    monkeypatch.setenv(BLOCK_BOUND_ENV, "0.5")
+    assert (block_bound(), block_bound(real=True)) == (0.5, 0.5)
+    for bad in ("0", "-1", "inf", "nan", "soon"):
+        monkeypatch.setenv(BLOCK_BOUND_ENV, bad)
+        with pytest.raises(pytest.UsageError, match=f"{BLOCK_BOUND_ENV}=.* is not a positive number of seconds"):
+            block_bound()
 
 
 def _suite(pytester: pytest.Pytester) -> None:
