@@ -6,6 +6,10 @@ time the token expires. Each registry the control loop publishes is checked agai
 rule admission applies (`still_admits`); those that no longer pass are closed, and so is every one whose token
 expires, at its expiry. Revocation (the peer gone from the registry) is the same rule. Each process (worker) holds
 its own, fed by its own `GatewayState.publish`.
+
+Not among them yet: a project unpairing. The registry knows no projects, so the gateway cannot tell that a watch
+in a namespace of an unpaired project lost its grant; the control loop's RoleBindings go, so the API server refuses
+every new request there, but a watch it had already admitted runs on until it ends.
 """
 
 from __future__ import annotations
