@@ -9,6 +9,7 @@ the chart sets them; a flag given on the command line wins.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import re
 import asyncio
 import datetime
@@ -122,6 +123,22 @@ def _burst(text: str) -> float:
     return value
 
 
+def _network(text: str) -> str:
+    try:
+        return str(ipaddress.ip_network(text.strip(), strict=False))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IP address or CIDR; give the Ingress controller's "
+                                         "pod addresses, such as 10.111.0.0/16") from None
+
+
+def _env_networks() -> list[str]:
+    """PEERING_TRUSTED_PROXIES (comma-separated), when no --trusted-proxy is given."""
+    try:
+        return [_network(p) for p in (_env("trusted-proxies") or "").split(",") if p.strip()]
+    except argparse.ArgumentTypeError as err:
+        raise SystemExit(f"PEERING_TRUSTED_PROXIES: {err}") from None
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -210,6 +227,10 @@ def parser(prog: str = "peering") -> argparse.ArgumentParser:
     run.add_argument("--exchange-burst-per-peer", type=_burst,
                      default=_env("exchange-burst-per-peer", str(Settings.exchange_burst_per_peer)),
                      help="Dex token exchanges one peer may cause at once before --exchanges-per-peer applies")
+    run.add_argument("--trusted-proxy", dest="trusted_proxies", action="append", type=_network, metavar="CIDR",
+                     help="address or CIDR of the Ingress controller in front of the join listener, whose "
+                          "X-Forwarded-For names the client of a join (repeatable; PEERING_TRUSTED_PROXIES: "
+                          "comma-separated)")
     # String defaults (from the environment) go through `type` like flags do, so a bad PEERING_* value gets the
     # same clear usage error as a bad flag.
     run.add_argument("--peer-sync-interval", type=_seconds,
@@ -263,7 +284,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
                                 server_cert_lifetime=args.server_cert_lifetime,
                                 client_cert_lifetime=args.client_cert_lifetime),
         lease=lease, resolve=resolve, workers=args.workers, log_level=args.log_level,
-        exchanges_per_peer=args.exchanges_per_peer, exchange_burst_per_peer=args.exchange_burst_per_peer)
+        exchanges_per_peer=args.exchanges_per_peer, exchange_burst_per_peer=args.exchange_burst_per_peer,
+        trusted_proxies=tuple(args.trusted_proxies if args.trusted_proxies is not None else _env_networks()))
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:

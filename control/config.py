@@ -148,6 +148,10 @@ class Settings:
     exchange_burst_per_peer: float = 200.0
     """Exchanges one peer may cause at once before `exchanges_per_peer` applies."""
 
+    trusted_proxies: tuple[str, ...] = ()
+    """Addresses or CIDRs of the Ingress controller in front of the join listener, whose X-Forwarded-For names the
+    client the failed-join limit counts (gateway GatewayConfig.trusted_proxies); none: the socket's address."""
+
     log_level: str = "INFO"
     """Level of the JSON log lines."""
 

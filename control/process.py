@@ -177,6 +177,7 @@ def gateway_config(settings: Settings, kube: KubeSession, dex: DexClientCredenti
         config.dex_url = settings.dex.url
     config.limits.exchanges_per_peer_per_second = settings.exchanges_per_peer
     config.limits.exchange_burst_per_peer = settings.exchange_burst_per_peer
+    config.trusted_proxies = settings.trusted_proxies
     return config
 
 
