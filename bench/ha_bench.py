@@ -163,7 +163,7 @@ def render(results: dict, command: str) -> str:
 
 def wrap(line: str, width: int = 115) -> str:
     """A paragraph wrapped as the rest of RESULTS.md is; tables, headings and short lines as they are."""
-    if len(line) <= width or line.startswith(("|", "#")):
+    if len(line) <= width or line.startswith(("|", "#", "Command:")):
         return line
     return "\n".join(textwrap.wrap(line, width, break_on_hyphens=False))
 

@@ -248,22 +248,29 @@ class TcpPassthrough:
             return
         up_reader, up_writer = up
 
-        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> bool:
+            """Copy until EOF (True, passed on as a half-close) or a reset (False)."""
             try:
                 while data := await src.read(65536):
                     dst.write(data)
                     await dst.drain()
                 if dst.can_write_eof():
                     dst.write_eof()
+                return True
             except (ConnectionError, OSError):
-                pass
+                return False
 
         a = asyncio.ensure_future(pump(reader, up_writer))
         b = asyncio.ensure_future(pump(up_reader, writer))
         try:
-            # One direction ending (EOF) is a half-close: let the other finish, within bounds.
-            _, pending = await asyncio.wait([a, b], return_when=asyncio.FIRST_COMPLETED)
-            if pending:
+            # One direction ending (EOF) is a half-close: let the other finish, within bounds. A reset (a backend
+            # that died) tears both sides down at once, as the kernel's connection tracking passes a RST on: the
+            # client must not wait for an answer that cannot come.
+            done, pending = await asyncio.wait([a, b], return_when=asyncio.FIRST_COMPLETED)
+            if not all(t.result() for t in done):
+                for w in (writer, up_writer):
+                    w.transport.abort()
+            elif pending:
                 await asyncio.wait(pending, timeout=30)
         finally:
             for t in (a, b):

@@ -239,6 +239,12 @@ async def _loss_under_traffic(lab, cluster, sig: int) -> dict:
         await consumer.served(10)
         leader = await _leader(cluster)
         survivor = next(r for r in cluster.replicas if r is not leader)
+        # The consumer's requests do cross the replica about to go (a's entrance, or b's egress), and the other.
+        listener = "entrance" if cluster is a else "egress"
+        for replica in (leader, survivor):
+            await until(lambda: any(r["path"].endswith(f"/namespaces/{PROJECT}/configmaps") and r["code"] == 200
+                                    for r in _access_lines(replica, listener)),
+                        timeout=30, what=f"consumer requests answered by {replica.identity}'s {listener}")
         failures_before, ends_before = len(consumer.failures), len(consumer.watch_ends)
         in_flight = consumer.in_flight
         t0 = time.monotonic()

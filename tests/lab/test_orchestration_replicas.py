@@ -8,6 +8,7 @@ import asyncio
 import json
 import pathlib
 import socket
+import struct
 import time
 
 import aiohttp
@@ -115,6 +116,45 @@ async def test_passthrough_spreads_connections_and_skips_a_target_that_refuses(p
         await lb.stop()
         for r in runners:
             await r.cleanup()
+
+
+async def test_passthrough_passes_a_reset_of_a_dying_backend_on_at_once():
+    """A backend that dies with a request unanswered resets its connection: the client behind the passthrough learns
+    it at once instead of waiting for an answer that cannot come (the half-close bound is 30 s)."""
+    got = asyncio.Event()
+
+    async def dying(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(10)
+        got.set()
+        sock = writer.get_extra_info("socket")
+        # Unread bytes and no linger: the kernel answers the close with a RST, as for a killed process.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    server = await asyncio.start_server(dying, "127.0.0.1", 0)
+    lb = TcpPassthrough("entrance")
+    await lb.start()
+    lb.set_targets([server.sockets[0].getsockname()[1]])
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", lb.port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        await asyncio.wait_for(got.wait(), 10)
+        t0 = time.monotonic()
+        try:
+            data = await asyncio.wait_for(reader.read(), 10)
+        except ConnectionResetError:
+            data = b""
+        assert data == b"" and time.monotonic() - t0 < 5
+        writer.close()
+        try:
+            await writer.wait_closed()
+        except ConnectionResetError:
+            pass
+    finally:
+        await lb.stop()
+        server.close()
+        await server.wait_closed()
 
 
 def test_replicas_out_of_range_are_refused_with_what_to_give(tmp_path, capsys):
