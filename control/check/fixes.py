@@ -44,6 +44,14 @@ READY = {
     reasons.TOKEN_INVALID: "ask the inviting cluster for a new connection string and put it in spec.join",
     reasons.TOKEN_EXPIRED: "ask the inviting cluster for a new connection string and put it in spec.join",
     reasons.TOKEN_USED: "a string is valid for one connection: ask the inviting cluster for a new one",
+    reasons.CLUSTER_UUID_IN_USE: "the two clusters peer already, or the UUID is this cluster's own: delete the old "
+        "ClusterPeer on the cluster the message names, then this one, and join anew",
+    "JoinAbandoned": "the previous string's join never completed: give the new status.invite.connectionString to "
+        "the joining cluster",
+    "RedeemedWithAnotherKey": "the joining ClusterPeer was made again before its first join completed: give the "
+        "new status.invite.connectionString to the joining cluster",
+    "PrefixConflict": "another TokenExchangeProvider's usernamePrefix overlaps this peering's: delete the stale "
+        "provider (`d8 k get tokenexchangeproviders`)",
     "PinMismatch": "the join endpoint is not the inviting cluster's module (a proxy or a wrong DNS record in "
         "between?); check peering.<domain> of that cluster",
     "InvalidAnswer": "the join endpoint is not the inviting cluster's module, or its version is incompatible",
