@@ -15,7 +15,8 @@ Both spread connections across several backends (the replicas of the Deployment 
 a new upstream connection per client connection (the ingress: per request). A backend that refuses the connection
 is skipped and the next one tried, as ingress-nginx's `proxy_next_upstream error` and kube-proxy's skipping of an
 endpoint that is gone do; a request already sent to a backend that then fails is not sent again (502, or the
-client's connection closed). `served` counts the connections each backend port was given.
+client's connection closed; a backend's reset is passed on at once). `served` counts the connections each backend
+port was given.
 """
 
 from __future__ import annotations
