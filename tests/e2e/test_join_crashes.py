@@ -189,3 +189,55 @@ async def test_a_stranded_redemption_met_by_another_key_is_reissued_with_its_rea
         assert "reissue" not in clusterpeer(a, "stranded")["status"]["invite"]
     finally:
         await _delete_both(a, b, "stranded", "again")
+
+
+async def test_a_joiner_that_gives_up_after_the_answer_leaves_a_fresh_string_not_a_hang(lab):
+    """b is stopped right after a stored its answer, so b never stores it, and b's administrator gives up (deletes
+    the ClusterPeer). a waits for b's half of the exchange until the string's TTL after the redemption (reached
+    here by writing the redemption's time back), then drops the Secret of that exchange, with the certificate it
+    holds for b, and issues a fresh string with Ready reason JoinAbandoned; a join with it ends Active."""
+    a, b = lab["a"], lab["b"]
+
+    def stop_b(write) -> None:
+        os.kill(b.process.pid, signal.SIGKILL)
+
+    hook = a.api.write_hooks.after(("create", "update"), "secrets", "peer-gave-up", stop_b)
+    try:
+        create_invite(a, "gave-up", tokenTTL="1h")
+        text = await connection_string(a, "gave-up")
+        create_join(b, "left", text)
+        await until(lambda: hook.fired, timeout=60, what="a's Secret of the redemption")
+        await b.stop_replica(0, signal.SIGKILL)
+        b.api.delete(GROUP, "clusterpeers", "left")
+        await until_equal(lambda: ready(clusterpeer(a, "gave-up")), ("Pending", "False", "CredentialsPending"))
+        long_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=2)
+
+        def backdate() -> bool:
+            cp = clusterpeer(a, "gave-up")
+            invite = cp["status"]["invite"]
+            redeemer = {**invite["redeemer"], "redeemedAt": long_ago.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            try:
+                a.api.update({**cp, "status": {**cp["status"], "invite": {**invite, "redeemer": redeemer}}},
+                             subresource="status")
+            except ApiError as exc:
+                if exc.code != 409:
+                    raise
+                return False
+            return True
+        await until(backdate, what="the redemption's time written back")
+        await until_equal(lambda: ready(clusterpeer(a, "gave-up")), ("Pending", "False", "JoinAbandoned"), timeout=30)
+        assert a.api.get("", "secrets", "peer-gave-up", "d8-peering") is None
+        fresh = clusterpeer(a, "gave-up")["status"]["invite"]
+        assert fresh["used"] is False and fresh["connectionString"] != text
+        assert fresh["reissue"]["reason"] == "JoinAbandoned" and b.info()["uuid"] in fresh["reissue"]["message"]
+        await b.start_replica(0)
+        create_join(b, "back", fresh["connectionString"])
+        await until_equal(lambda: ready(clusterpeer(b, "back")), ACTIVE, timeout=60, what="back on b Active")
+        await until_equal(lambda: ready(clusterpeer(a, "gave-up")), ACTIVE, timeout=60, what="gave-up on a Active")
+    finally:
+        a.api.write_hooks.clear()
+        if b.process is None:
+            await b.start_replica(0)
+        if clusterpeer(b, "left") is not None:
+            b.api.delete(GROUP, "clusterpeers", "left")
+        await _delete_both(a, b, "gave-up", "back")

@@ -24,11 +24,23 @@ class InviteOutcome:
     problem: tuple[str, str] | None = None
     #: When to look again: the expiry of an unused string.
     wait: float = MAX_REQUEUE
+    #: The joiner was answered but never delivered its half within the string's TTL: the peer Secret of that
+    #: exchange goes (the certificate it holds for the joiner with it), and the next pass issues a fresh string.
+    drop_secret: bool = False
 
 
 def invite(obs: Observed, *, join_host: str, entrance_host: str, join_ca: Callable[[], str | None]) -> InviteOutcome:
     """`join_ca()` is the CA of the join endpoint when it is private (it travels in the string), else None."""
     current = obs.stored_invite
+    if obs.credentials.progress == "partial" and current and current.get("used") and obs.spec.ttl is not None \
+            and not obs.values.get("client.crt"):
+        # Answered, and waiting for the joiner's certificate for our key: the exchange completes when it arrives.
+        deadline = invite_rules.completion_deadline(current, obs.spec.ttl)
+        if deadline is not None and obs.now >= deadline:
+            log.info("join abandoned", extra={"clusterpeer": obs.key})
+            return InviteOutcome(current, drop_secret=True, wait=0.5)
+        return InviteOutcome(current, wait=max(0.5, (deadline - obs.now).total_seconds() + 0.5) if deadline
+                             else MAX_REQUEUE)
     if obs.credentials.progress != "none":
         return InviteOutcome(current)  # a joiner redeemed it: the peering exists, the invite is history
     if obs.spec.problem is not None or obs.spec.ttl is None:

@@ -85,6 +85,16 @@ class ClusterPeerReconciler:
     async def close(self) -> None:
         await self.client.close()
 
+    async def _drop_abandoned_secret(self, key: str, secret: dict) -> None:
+        """Delete the peer Secret of an exchange the joiner never completed (the copy this pass judged: a
+        concurrent change, such as the joiner's certificate arriving, keeps it)."""
+        meta = secret.get("metadata") or {}
+        try:
+            await self.kube.delete(SECRETS, peer_secret_name(key), self.namespace,
+                                   resource_version=meta.get("resourceVersion"), uid=meta.get("uid"))
+        except (Conflict, NotFound):
+            pass
+
     def _uuids_in_use(self, name: str) -> dict[str, str]:
         """The cluster UUIDs the live ClusterPeers other than `name` stand for (`rules.join.uuids_in_use`)."""
         return join_rules.uuids_in_use(((key_of(cp), cp, creds.secret_values(self.secrets.get(
@@ -153,6 +163,9 @@ class ClusterPeerReconciler:
                                           entrance_host=self.settings.entrance_host, join_ca=self._join_ca)
             invite, problem = invited.invite, invited.problem
             waits.append(invited.wait)
+            if invited.drop_secret and obs.secret is not None:
+                await self._drop_abandoned_secret(key, obs.secret)
+                return Result(requeue_after=0.5)
         elif obs.spec.type == JOIN and credentials.progress != "complete":
             joined = await self.joiner.join(obs, mem)
             if joined.requeue:
