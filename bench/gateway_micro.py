@@ -70,7 +70,8 @@ async def measure(requests: int, rounds: int = 5) -> float:
                            dex_client_secret=lambda: "unused", access_log=False)
     state = GatewayState.open(config, Metrics(), Registry.empty())
     real_exchange = state.exchange
-    peer = SimpleNamespace(name="peer", connector_id="peering-peer", effective=frozenset({"read"}))
+    peer = SimpleNamespace(name="peer", connector_id="peering-peer", effective=frozenset({"read"}),
+                           grants=frozenset({("read", "default")}))
     read = SimpleNamespace(accepted=True, consumers=frozenset({("mod", "controller")}))
     state.registry = SimpleNamespace(by_fingerprint={"fp": peer}, peers={"peer": peer},  # type: ignore[assignment]
                                      capabilities={"read": read})

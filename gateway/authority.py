@@ -7,9 +7,9 @@ rule admission applies (`still_admits`); those that no longer pass are closed, a
 expires, at its expiry. Revocation (the peer gone from the registry) is the same rule. Each process (worker) holds
 its own, fed by its own `GatewayState.publish`.
 
-Not among them yet: a project unpairing. The registry knows no projects, so the gateway cannot tell that a watch
-in a namespace of an unpaired project lost its grant; the control loop's RoleBindings go, so the API server refuses
-every new request there, but a watch it had already admitted runs on until it ends.
+A project unpairing is seen on the entrance through the ClusterPeer's status.grants (capability, namespaces): a
+request in a namespace they listed for its capability is closed once they no longer do. The egress has no such
+list of the peer's (its own status.grants describe the other direction): there the peer's entrance closes it.
 """
 
 from __future__ import annotations
@@ -50,6 +50,27 @@ def still_admits(registry: Registry, authority: Authority) -> bool:
     return bool(consumer_capabilities(registry, authority.capabilities & peer.effective, authority.account))
 
 
+def granted_in(registry: Registry, authority: Authority, namespace: str) -> bool:
+    """Whether the peer's status.grants give one of the authority's capabilities access in `namespace`; True when
+    the status lists no grants at all (nothing to go by)."""
+    peer = registry.peers.get(authority.peer)
+    if peer is None:
+        return False
+    grants = peer.grants
+    return grants is None or any((c, namespace) in grants for c in authority.capabilities)
+
+
+def request_namespace(target: bytes) -> str | None:
+    """The namespace of a request for a namespaced resource (/api/v1/namespaces/<ns>/<resource>..., or under
+    /apis/<group>/<version>/), None for anything else (the namespace object itself included)."""
+    parts = target.partition(b"?")[0].split(b"/")
+    if len(parts) > 5 and parts[1] == b"api" and parts[3] == b"namespaces" and parts[5]:
+        return parts[4].decode("latin-1") or None
+    if len(parts) > 6 and parts[1] == b"apis" and parts[4] == b"namespaces" and parts[6]:
+        return parts[5].decode("latin-1") or None
+    return None
+
+
 class OpenStreams:
     """The open proxied requests of one process, each with its Authority and how to close it."""
 
@@ -58,7 +79,7 @@ class OpenStreams:
         self._loop = loop
         self._clock = clock
         self._on_close = on_close
-        self._open: dict[Hashable, tuple[Authority, Callable[[], None]]] = {}
+        self._open: dict[Hashable, tuple[Authority, Callable[[], None], str | None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._due = float("inf")
         self._last_authority: Authority | None = None
@@ -67,15 +88,21 @@ class OpenStreams:
     def __len__(self) -> int:
         return len(self._open)
 
-    def add(self, key: Hashable, authority: Authority, close: Callable[[], None], registry: Registry) -> bool:
+    def add(self, key: Hashable, authority: Authority, close: Callable[[], None], registry: Registry,
+            namespace: str | None = None) -> bool:
         """Hold the request `key` until `discard(key)`; `close()` ends it (aborts its client connection). False
         (and nothing held) when `registry`, the one in force now, no longer admits `authority`: a request admitted
-        before a registry that came while it waited (for Dex, a review, a connection) goes no further."""
+        before a registry that came while it waited (for Dex, a review, a connection) goes no further. A request
+        in `namespace` that the peer's status.grants list for one of its capabilities is closed too once they no
+        longer do (a project unpaired; the callers give the namespace of watches, the streams that outlive a
+        change); one in a namespace they do not list (yet) is left to the API server."""
         if authority is not self._last_authority or registry is not self._last_registry:
             if authority.expires <= self._clock() or not still_admits(registry, authority):
                 return False
             self._last_authority, self._last_registry = authority, registry
-        self._open[key] = (authority, close)
+        if namespace is not None and not granted_in(registry, authority, namespace):
+            namespace = None
+        self._open[key] = (authority, close, namespace)
         if authority.expires < self._due:
             self._arm(authority.expires)
         return True
@@ -87,11 +114,11 @@ class OpenStreams:
         """Close every held request that `registry` no longer admits; how many were closed."""
         verdicts: dict[int, bool] = {}  # requests of one token share one Authority: decided once
         gone = []
-        for key, (authority, _) in self._open.items():
+        for key, (authority, _, namespace) in self._open.items():
             ok = verdicts.get(id(authority))
             if ok is None:
                 ok = verdicts[id(authority)] = still_admits(registry, authority)
-            if not ok:
+            if not ok or (namespace is not None and not granted_in(registry, authority, namespace)):
                 gone.append(key)
         return self._close(gone)
 
@@ -119,7 +146,7 @@ class OpenStreams:
     def _expire(self) -> None:
         self._timer, self._due = None, float("inf")
         now = self._clock()
-        self._close([key for key, (authority, _) in self._open.items() if authority.expires <= now])
-        due = min((authority.expires for authority, _ in self._open.values()), default=float("inf"))
+        self._close([key for key, (authority, *_) in self._open.items() if authority.expires <= now])
+        due = min((authority.expires for authority, *_ in self._open.values()), default=float("inf"))
         if due != float("inf"):
             self._arm(due)

@@ -23,6 +23,7 @@ from contract.errors import Refusal
 from contract.paths import PEER_PREFIX
 from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entrance, closes_connection, complete,
                                upstream_refusal, withdrawn)
+from gateway.authority import request_namespace
 from gateway.framing import HANDOVER, NEED_DATA, UNTIL_CLOSE, Request, RequestHeadReader, ResponseHead
 from gateway.relay import Relay
 from gateway.state import GatewayState
@@ -241,7 +242,8 @@ class EntranceProtocol(asyncio.Protocol):
 
     def _send(self, relay: Relay, head_only: bool) -> None:
         state = self.state
-        if not state.streams.add(self, self.client.authority, self._withdrawn, state.registry):
+        if not state.streams.add(self, self.client.authority, self._withdrawn, state.registry,
+                                 request_namespace(self.path) if self.watch else None):
             state.relay_pool.park(relay)
             self._refuse(withdrawn())
             return

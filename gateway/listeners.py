@@ -15,7 +15,7 @@ from contract.errors import Refusal
 from contract.paths import JOIN_PATH, PEER_PREFIX
 from gateway.admission import (ClientState, admit_egress, admit_entrance, admit_peer_call, closes_connection,
                                complete, withdrawn)
-from gateway.authority import Authority
+from gateway.authority import Authority, request_namespace
 from gateway.http import JSON, HTTPProtocol, status_response
 from gateway.joinlimit import JoinRateLimit, client_address, token_id, trusted_networks
 from gateway.protocol import ControlHandlers, JoinCall, PeerCall
@@ -57,7 +57,8 @@ class Entrance:
                                           _target(request), request.raw_headers, length, chunked)
                 admitted = await complete(state, client, decision)
                 resp = await _held(state, request, client.authority, forward(state, request, "entrance", client.peer,
-                                                                             state.api_pool, admitted))
+                                                                             state.api_pool, admitted),
+                                   request_namespace(_target(request)) if admitted.watch else None)
             code = resp.status
             return resp
         except Refusal as refusal:
@@ -116,13 +117,14 @@ class Egress:
 
 
 async def _held(state: GatewayState, request: web.BaseRequest, authority: Authority | None,
-                forwarding: Coroutine[Any, Any, web.StreamResponse]) -> web.StreamResponse:
+                forwarding: Coroutine[Any, Any, web.StreamResponse], namespace: str | None = None
+                ) -> web.StreamResponse:
     """Forward while `state.streams` holds the request with what admitted it: when a registry or the token's
     expiry withdraws that, the client's connection is aborted (the handler is cancelled with it)."""
     key = object()
     transport = request.transport
     if authority is None or transport is None or not state.streams.add(key, authority, transport.abort,
-                                                                         state.registry):
+                                                                         state.registry, namespace):
         forwarding.close()
         raise withdrawn()
     try:

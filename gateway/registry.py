@@ -48,6 +48,9 @@ class Peer:
     client_cert_pem: bytes | None
     client_key_pem: bytes | None
     opened: frozenset[str] = frozenset()
+    grants: frozenset[tuple[str, str]] | None = None
+    """status.grants as (capability, namespace) pairs: where the peer's consumers hold access here; None when the
+    status has none yet. An open stream in a namespace that leaves it is closed (authority.py)."""
     """spec.capabilities of the ClusterPeer here: what the administrator opened, effective or not yet. A refusal
     for an opened capability that is not effective yet may be a registry behind the status (catchup.py)."""
 
@@ -162,7 +165,15 @@ def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:
         client_cert_pem=_b64(data.get("client.crt")) or None,
         client_key_pem=_b64(data.get("client.key")) or None,
         opened=opened_set,
+        grants=_grants(status.get("grants")),
     )
+
+
+def _grants(value: Any) -> frozenset[tuple[str, str]] | None:
+    if not isinstance(value, list):
+        return None
+    return frozenset((g["capability"], ns) for g in value if isinstance(g, dict) and isinstance(g.get("capability"), str)
+                     and isinstance(g.get("namespaces"), list) for ns in g["namespaces"] if isinstance(ns, str))
 
 
 def capability_from_object(obj: dict) -> LocalCapability | None:

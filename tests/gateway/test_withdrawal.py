@@ -199,3 +199,30 @@ async def test_a_worker_watch_ends_at_its_token_expiry(pooled, session_for, issu
         await _ends_within(resp, max(0.0, exp - time.time()) + 1.0)
         ended = time.time()
     assert exp - 0.1 <= ended < exp + 1.0
+
+
+def with_grants(reg: Registry, namespaces: tuple[str, ...], generation: int) -> Registry:
+    """`reg` whose ClusterPeer status.grants give read-pods access in `namespaces` (the paired projects')."""
+    peer = replace(reg.peers["peer"], grants=frozenset(("read-pods", ns) for ns in namespaces))
+    return replace(reg, generation=generation, peers={"peer": peer},
+                   by_fingerprint={fp: peer for fp in peer.fingerprints})
+
+
+@pytest.mark.parametrize("path", ["raw", "aiohttp"])
+async def test_a_project_unpairing_closes_an_open_entrance_watch_in_its_namespace(gateway, session_for, pki,
+                                                                                  issuer_key, upstream, path):
+    upstream.watch_events, upstream.watch_interval = 10_000, 0.02
+    base = registry_for(pki, issuer_key)
+    gateway.publish(with_grants(base, ("default", "shop"), 2))
+    s = session_for(gateway)
+    headers = {"Authorization": f"Bearer {make_token(issuer_key)}"}
+    if path == "aiohttp":
+        headers["Content-Length"] = "0"
+    async with s.get(URL + WATCH, headers=headers) as resp:  # in namespace default
+        assert resp.status == 200
+        await _stays_open(resp, 3)
+        gateway.publish(with_grants(base, ("default",), 3))  # another project unpaired
+        await _stays_open(resp)
+        gateway.publish(with_grants(base, ("shop",), 4))  # default's project unpaired
+        assert await _ends_within(resp, 1.0) < 1.0
+    assert len(gateway.state.streams) == 0
