@@ -219,9 +219,11 @@ async def test_joins_and_peer_calls_are_served_by_the_replicas_that_do_not_lead(
         entrance = _access_lines(follower, "entrance")
         paths = {r["path"] for r in entrance}
         assert "/peering/v1/offer" in paths, paths
-        # Every kind of peer call it was asked ends answered: a call refused for a moment (the replica's registry
-        # catching up with a ClusterPeer just written by the other) is retried by the peer and then served.
-        for path in paths:
+        # Every peer call that carries state ends answered: one refused for a moment (the replica's registry
+        # catching up with a ClusterPeer just written by the other) is retried by the peer and then served. A notify
+        # is a hint that is not retried (the next periodic pull does its work), so a refused one is left out here;
+        # one can be refused (403) while this replica's registry has not yet learned the peer's certificate.
+        for path in paths - {"/peering/v1/notify"}:
             assert _last_code(entrance, path) < 300, [r for r in entrance if r["path"] == path][-5:]
         assert _access_lines(leader, "entrance") == []
     # a's join listener: the follower answered b's join, and the leader was never asked.
