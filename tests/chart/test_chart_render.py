@@ -262,7 +262,8 @@ def test_the_deployment_runs_the_process_hardened(chart) -> None:
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env == {"PEERING_IDENTITY": {"fieldRef": {"fieldPath": "metadata.name"}},
                    "PEERING_DEX_URL": "https://dex.example.com",
-                   "PEERING_PEER_SYNC_INTERVAL": "45", "PEERING_LOG_LEVEL": "WARNING"}
+                   "PEERING_PEER_SYNC_INTERVAL": "45", "PEERING_LOG_LEVEL": "WARNING",
+                   "PEERING_TRUSTED_PROXIES": "10.111.0.0/16"}
     assert container["image"] == f"{deckhouse_module.DEFAULT_REGISTRY}@{deckhouse_module.FAKE_DIGEST}"
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         assert container[probe]["httpGet"]["path"] == path
@@ -418,3 +419,18 @@ def test_a_custom_certificate_secret_that_the_hook_did_not_find_fails_with_its_n
     with pytest.raises(helm.HelmRenderError) as failure:
         objects(chart, values(https=CUSTOM_CERTIFICATE, internal={}))
     assert "d8-system/example-com-tls was not found" in str(failure.value)
+
+
+def _env(objs: list[dict], name: str) -> str:
+    container = one(objs, "Deployment", "peering")["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value") for e in container["env"]}[name]
+
+
+def test_the_join_limit_trusts_the_ingress_controllers_by_the_pod_subnet_or_the_setting(chart) -> None:
+    """X-Forwarded-For counts only from the Ingress controllers: by default the pod subnet, which the NetworkPolicy
+    narrows to d8-ingress-nginx's pods on the join port; the setting names other addresses (host-network ones)."""
+    assert _env(objects(chart, values()), "PEERING_TRUSTED_PROXIES") == "10.111.0.0/16"
+    named = objects(chart, values({"joinTrustedProxies": ["192.0.2.0/24", "198.51.100.7"]}))
+    assert _env(named, "PEERING_TRUSTED_PROXIES") == "192.0.2.0/24,198.51.100.7"
+    with pytest.raises(deckhouse_module.SettingsError, match=r"^settings\.joinTrustedProxies\.0: "):
+        deckhouse_module.settings_values({"joinTrustedProxies": ["the ingress"]})

@@ -104,6 +104,18 @@ carries a one-time connection string, so it must be served over HTTPS by the Ing
 {{- (.Values.peering | default dict).ingressClass | default (dig "modules" "ingressClass" "nginx" (.Values.global | default dict)) -}}
 {{- end -}}
 
+{{- /* The addresses of the Ingress controllers in front of the join listener, comma-separated: the setting, else
+the pod subnet (only ingress-nginx's pods may reach the join port, by the NetworkPolicy). */ -}}
+{{- define "peering.joinTrustedProxies" -}}
+{{- $set := (.Values.peering | default dict).joinTrustedProxies | default list -}}
+{{- if $set -}}
+{{- join "," $set -}}
+{{- else -}}
+{{- $global := .Values.global | default dict -}}
+{{- dig "clusterConfiguration" "podSubnetCIDR" (dig "discovery" "podSubnet" "" $global) $global -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "peering.entranceMode" -}}
 {{- $mode := dig "entrance" "mode" "LoadBalancer" (.Values.peering | default dict) | toString -}}
 {{- if not (has $mode (list "LoadBalancer" "IngressNginxPassthrough")) -}}
