@@ -221,8 +221,9 @@ async def test_joins_and_peer_calls_are_served_by_the_replicas_that_do_not_lead(
         assert "/peering/v1/offer" in paths, paths
         # Every peer call that carries state ends answered: one refused for a moment (the replica's registry
         # catching up with a ClusterPeer just written by the other) is retried by the peer and then served. A notify
-        # is a hint that is not retried (the next periodic pull does its work), so a refused one is left out here;
-        # one can be refused (403) while this replica's registry has not yet learned the peer's certificate.
+        # is a hint, retried after a backoff (reconcilers/memory.py `announced`) that this check, made as soon as
+        # both sides are Ready, need not outlast, and the periodic pull does its work anyway: one refused (403) while
+        # this replica's registry had not yet learned the peer's certificate is left out here.
         for path in paths - {"/peering/v1/notify"}:
             assert _last_code(entrance, path) < 300, [r for r in entrance if r["path"] == path][-5:]
         assert _access_lines(leader, "entrance") == []
