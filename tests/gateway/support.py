@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime
 import json
 import ssl
@@ -291,6 +292,24 @@ async def gateway(pki, issuer_key, upstream, dex, handlers):
     gw.publish(registry_for(pki, issuer_key))
     yield gw
     await gw.stop()
+
+
+@contextlib.asynccontextmanager
+async def started_pool(pki, issuer_key, upstream, dex, handlers, *, workers: int = 2, **limits):
+    """A Gateway with `workers` worker processes, its certificates and registry loaded, once every worker is ready."""
+    cfg = gateway_config(pki, upstream, dex, **limits)
+    cfg.workers = workers
+    gw = Gateway(cfg, handlers)
+    await gw.start()
+    try:
+        load_certs(gw, pki)
+        gw.publish(registry_for(pki, issuer_key))
+        async with asyncio.timeout(10):
+            while gw.readiness() != (True, "ok"):
+                await asyncio.sleep(0.01)
+        yield gw
+    finally:
+        await gw.stop()
 
 
 def client_ssl(pki, cert: str | None = "peer") -> ssl.SSLContext:

@@ -8,7 +8,7 @@ import asyncio
 import aiohttp
 import pytest
 
-from tests.gateway.support import ENTRANCE_HOST, gateway_config, load_certs, make_token, registry_for
+from tests.gateway.support import ENTRANCE_HOST, make_token, started_pool
 from gateway.server import Gateway
 
 URL = f"https://{ENTRANCE_HOST}"
@@ -17,19 +17,8 @@ URL = f"https://{ENTRANCE_HOST}"
 @pytest.fixture
 async def pooled(pki, issuer_key, upstream, dex, handlers):
     # A burst above the 200 fresh tokens of one peer: this file is about sharing, the bound has its own tests.
-    cfg = gateway_config(pki, upstream, dex, exchange_burst_per_peer=1000)
-    cfg.workers = 2
-    gw = Gateway(cfg, handlers)
-    await gw.start()
-    try:
-        load_certs(gw, pki)
-        gw.publish(registry_for(pki, issuer_key))
-        async with asyncio.timeout(10):
-            while gw.readiness() != (True, "ok"):
-                await asyncio.sleep(0.01)
+    async with started_pool(pki, issuer_key, upstream, dex, handlers, exchange_burst_per_peer=1000) as gw:
         yield gw
-    finally:
-        await gw.stop()
 
 
 async def _samples(gw: Gateway, name: str, **labels: str) -> dict[str, float]:

@@ -14,7 +14,8 @@ import pytest
 
 from gateway.registry import LocalCapability, Registry
 from gateway.server import Gateway
-from tests.gateway.support import CLUSTER, ENTRANCE_HOST, gateway_config, load_certs, make_token, registry_for
+from tests.gateway.support import (CLUSTER, ENTRANCE_HOST, gateway_config, load_certs, make_token, registry_for,
+                                   started_pool)
 from tests.gateway.test_egress import EGRESS, _egress_gateway
 
 URL = f"https://{ENTRANCE_HOST}"
@@ -152,19 +153,8 @@ async def test_an_egress_watch_ends_at_its_token_expiry(gateway, pki, issuer_key
 
 @pytest.fixture
 async def pooled(pki, issuer_key, upstream, dex, handlers):
-    cfg = gateway_config(pki, upstream, dex, token_skew=0.0)
-    cfg.workers = 2
-    gw = Gateway(cfg, handlers)
-    await gw.start()
-    try:
-        load_certs(gw, pki)
-        gw.publish(registry_for(pki, issuer_key))
-        async with asyncio.timeout(10):
-            while gw.readiness() != (True, "ok"):
-                await asyncio.sleep(0.01)
+    async with started_pool(pki, issuer_key, upstream, dex, handlers, token_skew=0.0) as gw:
         yield gw
-    finally:
-        await gw.stop()
 
 
 @pytest.mark.parametrize("kind", ["capability-closed", "consumer-removed"])

@@ -7,27 +7,15 @@ import asyncio
 import aiohttp
 import pytest
 
-from tests.gateway.support import ENTRANCE_HOST, gateway_config, load_certs, make_token, registry_for
-from gateway.server import Gateway
+from tests.gateway.support import ENTRANCE_HOST, make_token, registry_for, started_pool
 
 URL = f"https://{ENTRANCE_HOST}"
 
 
 @pytest.fixture
 async def pooled(pki, issuer_key, upstream, dex, handlers):
-    cfg = gateway_config(pki, upstream, dex)
-    cfg.workers = 2
-    gw = Gateway(cfg, handlers)
-    await gw.start()
-    try:
-        load_certs(gw, pki)
-        gw.publish(registry_for(pki, issuer_key))
-        async with asyncio.timeout(10):
-            while gw.readiness() != (True, "ok"):
-                await asyncio.sleep(0.01)
+    async with started_pool(pki, issuer_key, upstream, dex, handlers) as gw:
         yield gw
-    finally:
-        await gw.stop()
 
 
 async def test_two_workers_serve_the_entrance_and_are_fed_by_the_parent(pooled, session_for, issuer_key, pki,
