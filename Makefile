@@ -21,7 +21,8 @@ demo: $(STAMP)
 # The real backend's binaries (etcd, kube-apiserver, kube-controller-manager) are built once into a cache outside
 # the tree; the suites that run on both backends then run on both. Without Go the build says so loudly, those
 # tests skip on the real backend and the end of the run says so again (PEERING_REQUIRE_REAL_APISERVER=1: fail).
-test: $(STAMP)
+# The fuzz extra too (atheris, a binary wheel): the suite runs each harness once on its seeds.
+test: $(FUZZ_STAMP)
 	$(PY) -m lab.real build --optional
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	  $(PY) -m lab.real paths >/dev/null 2>&1 || \
