@@ -194,6 +194,10 @@ class Objects:
         else:
             meta.pop("namespace", None)
         meta.pop("managedFields", None)
+        # ObjectMeta's maps and lists are omitempty: kube-apiserver stores and answers no empty one.
+        for key in ("labels", "annotations", "finalizers", "ownerReferences"):
+            if key in meta and meta[key] in ({}, [], None):
+                del meta[key]
         obj["metadata"] = meta
         if info.storage == events.CORE_KEY:
             obj = events.to_core(obj)
