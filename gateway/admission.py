@@ -149,10 +149,20 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
     if method not in METHODS:
         raise _method_refused(method)
     registry = state.registry
-    peer = entrance_peer(state, fingerprint)
+    limits = state.limits
+    try:
+        peer = entrance_peer(state, fingerprint)
+    except Refusal as refusal:
+        # A certificate of our CA that no live peering holds yet, while a ClusterPeer's exchange is under way: the
+        # peer may already use what it was issued before the registry has that peering (catchup.py).
+        if limits.registry_catch_up <= 0 or fingerprint is None or not registry.pending:
+            raise
+        return catchup.NeedsRegistry(
+            refusal, registry.generation, lambda: admit_entrance(state, client, fingerprint, method, target,
+                                                                 fields, length, chunked),
+            b"watch" in target and is_watch(target), state.loop.time() + limits.registry_catch_up)
     client.peer = peer.name
     forward, auth, client.close = screen_request(fields)
-    limits = state.limits
     _check_body(length, limits.max_body_bytes)
     if auth is not None and auth == client.last_auth:
         token_hash, token = client.last_token_hash, ""  # the same header as this connection's last request

@@ -87,6 +87,37 @@ async def test_an_entrance_request_for_an_opened_capability_waits_for_the_regist
     assert client.capabilities == "read-pods"
 
 
+def _without_peer(base: Registry, *, generation: int, pending: frozenset[str]) -> Registry:
+    return dataclasses.replace(base, peers=MappingProxyType({}), by_fingerprint=MappingProxyType({}),
+                               generation=generation, pending=pending)
+
+
+async def test_a_certificate_unknown_while_a_peering_is_mid_exchange_waits_for_the_registry_that_has_it(
+        state, fp, pki, issuer_key):
+    """The joiner uses the certificate we issued before our registry has the peering (its Secret is complete only
+    once the joiner delivered ours): PeerUnknown waits for it while some ClusterPeer is pending, never otherwise."""
+    live = registry(pki, issuer_key, generation=3, effective=("read-pods",))
+    state.publish(_without_peer(live, generation=2, pending=frozenset({"peer"})))
+    client = ClientState()
+    decision = admit_entrance(state, client, fp, b"GET", b"/api/v1/pods", fields(make_token(issuer_key)))
+    assert isinstance(decision, NeedsRegistry) and decision.refusal.reason == "PeerUnknown"
+    task = asyncio.ensure_future(complete(state, client, decision))
+    await _pending(task)
+    state.publish(live)
+    admitted = await asyncio.wait_for(task, 5)
+    assert b"Authorization: Bearer exchanged" in admitted.head and client.peer == "peer"
+    # No peering mid-exchange (a revoked peer's certificate): refused at once.
+    state.publish(_without_peer(live, generation=4, pending=frozenset()))
+    with pytest.raises(Refusal, match="belongs to no live peering"):
+        admit_entrance(state, ClientState(), fp, b"GET", b"/api", fields(make_token(issuer_key)))
+    # Mid-exchange, but no newer registry in time: the refusal.
+    state.limits.registry_catch_up = 0.2
+    state.publish(_without_peer(live, generation=5, pending=frozenset({"other"})))
+    decision = admit_entrance(state, ClientState(), fp, b"GET", b"/api", fields(make_token(issuer_key)))
+    with pytest.raises(Refusal, match="PeerUnknown|belongs to no live peering"):
+        await asyncio.wait_for(complete(state, ClientState(), decision), 5)
+
+
 async def test_no_newer_registry_in_time_answers_the_refusal(state, fp, issuer_key):
     state.limits.registry_catch_up = 0.2
     decision = admit_entrance(state, ClientState(), fp, b"GET", b"/api", fields(make_token(issuer_key)))
