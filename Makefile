@@ -4,6 +4,8 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The fuzz extra (atheris) on top: `make test` runs each harness once on its seeds, `make fuzz` runs them long.
+FUZZ_STAMP := $(VENV)/.fuzz-installed
 
 .PHONY: demo test venv bench clean real-binaries fuzz
 
@@ -44,7 +46,6 @@ bench: $(STAMP)
 # fuzzing with atheris of what parses network input, FUZZ_SECONDS per harness (fuzz/run.py); the corpora, any
 # crashing input and the summary (summary.md) go to build/fuzz/. docs/fuzzing.md records the last run.
 FUZZ_SECONDS ?= 60
-FUZZ_STAMP := $(VENV)/.fuzz-installed
 
 $(FUZZ_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,fuzz]'
