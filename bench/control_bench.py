@@ -119,6 +119,24 @@ def converged(cluster, name: str, projects: int, capabilities: int) -> bool:
         status.get("pairedProjectsCount") == projects
 
 
+async def peer_with_hub(lab, peers: int, caps: list[str], projects: int, timeout: float) -> float:
+    """Invite s0..s<peers-1> from the hub with `caps`, join each, and wait until every peering on both sides has
+    converged (`converged`); returns the seconds from the first invite to that."""
+    hub = lab["hub"]
+    start = time.monotonic()
+    for i in range(peers):
+        hub.api.create({"apiVersion": API_VERSION, "kind": "ClusterPeer", "metadata": {"name": f"s{i}"},
+                        "spec": {"type": "Invite", "capabilities": caps}})
+    for i in range(peers):
+        text = await connection_string(hub, f"s{i}")
+        lab[f"s{i}"].api.create({"apiVersion": API_VERSION, "kind": "ClusterPeer", "metadata": {"name": "hub"},
+                                 "spec": {"type": "Join", "capabilities": caps, "join": {"connectionString": text}}})
+    pairs = [(hub, f"s{i}") for i in range(peers)] + [(lab[f"s{i}"], "hub") for i in range(peers)]
+    await wait_for(lambda: all(converged(c, n, projects, len(caps)) for c, n in pairs), timeout,
+                   "every peering converged", interval=0.5)
+    return time.monotonic() - start
+
+
 async def bench_scale(peers: int, projects: int, capabilities: int, steady: float, workdir: pathlib.Path) -> dict:
     names = ["hub"] + [f"s{i}" for i in range(peers)]
     caps = [f"cap-{i}" for i in range(capabilities)]
@@ -126,19 +144,7 @@ async def bench_scale(peers: int, projects: int, capabilities: int, steady: floa
         hub = lab["hub"]
         for n in names:
             seed_scale(lab[n], projects, capabilities)
-        start = time.monotonic()
-        for i in range(peers):
-            hub.api.create({"apiVersion": API_VERSION, "kind": "ClusterPeer", "metadata": {"name": f"s{i}"},
-                            "spec": {"type": "Invite", "capabilities": caps}})
-        for i in range(peers):
-            text = await connection_string(hub, f"s{i}")
-            lab[f"s{i}"].api.create({"apiVersion": API_VERSION, "kind": "ClusterPeer", "metadata": {"name": "hub"},
-                                     "spec": {"type": "Join", "capabilities": caps,
-                                              "join": {"connectionString": text}}})
-        pairs = [(hub, f"s{i}") for i in range(peers)] + [(lab[f"s{i}"], "hub") for i in range(peers)]
-        await wait_for(lambda: all(converged(c, n, projects, capabilities) for c, n in pairs), 1800,
-                       "every peering converged", interval=0.5)
-        converge = time.monotonic() - start
+        converge = await peer_with_hub(lab, peers, caps, projects, 1800)
         counters = [WriteCounter(lab[n]) for n in names]
         try:
             # The statuses are converged; the grants reconcilers may still be writing Roles. Everything is done

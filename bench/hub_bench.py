@@ -29,11 +29,10 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from bench.control_bench import converged, machine, seed_scale, summary, wait_for  # noqa: E402
+from bench.control_bench import machine, peer_with_hub, seed_scale, summary  # noqa: E402
 from bench.ha_bench import wrap, write_section  # noqa: E402
 from lab.cluster import default_peering_command  # noqa: E402
 from lab.testing import lab_clusters  # noqa: E402
-from peering_lab import API_VERSION, connection_string  # noqa: E402
 
 SECTION = "## Hub"
 
@@ -130,19 +129,7 @@ async def run(peers: int, projects: int, capabilities: int, churn: float, workdi
         idle = memory(hub.process.pid)
         for n in names:
             seed_scale(lab[n], projects, capabilities)
-        start = time.monotonic()
-        for i in range(peers):
-            hub.api.create({"apiVersion": API_VERSION, "kind": "ClusterPeer", "metadata": {"name": f"s{i}"},
-                            "spec": {"type": "Invite", "capabilities": caps}})
-        for i in range(peers):
-            text = await connection_string(hub, f"s{i}")
-            lab[f"s{i}"].api.create({"apiVersion": API_VERSION, "kind": "ClusterPeer", "metadata": {"name": "hub"},
-                                     "spec": {"type": "Join", "capabilities": caps,
-                                              "join": {"connectionString": text}}})
-        pairs = [(hub, f"s{i}") for i in range(peers)] + [(lab[f"s{i}"], "hub") for i in range(peers)]
-        await wait_for(lambda: all(converged(c, n, projects, capabilities) for c, n in pairs), 3600,
-                       "every peering converged", interval=0.5)
-        converge = time.monotonic() - start
+        converge = await peer_with_hub(lab, peers, caps, projects, 3600)
         converged_memory = memory(hub.process.pid)
         quiet = await quiet_poll(hub, 10)
         churned = await churn_and_poll(hub, churn)
