@@ -251,6 +251,10 @@ def parser(prog: str = "peering") -> argparse.ArgumentParser:
     run.add_argument("--client-cert-lifetime", type=_seconds,
                      default=_env("client-cert-lifetime", str(ControlSettings.client_cert_lifetime)),
                      help="seconds the client certificates issued to peers are valid (the peer renews at half)")
+    run.add_argument("--feed-coalesce", type=_seconds,
+                     default=_env("feed-coalesce", str(ControlSettings.feed_coalesce)),
+                     help="seconds the registry feed gathers changes before it publishes one snapshot to the gateway "
+                          "(more: fewer snapshots under churn, a registry further behind the API)")
     run.add_argument("--identity", default=_env("identity"), help="Lease holder identity (default hostname-pid)")
     run.add_argument("--log-level", default=_env("log-level", "INFO"), type=_log_level,
                      help="DEBUG, INFO, WARNING or ERROR")
@@ -282,7 +286,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
                                 issuer_refresh_interval=args.issuer_refresh_interval,
                                 optional_api_interval=args.optional_api_interval,
                                 server_cert_lifetime=args.server_cert_lifetime,
-                                client_cert_lifetime=args.client_cert_lifetime),
+                                client_cert_lifetime=args.client_cert_lifetime,
+                                feed_coalesce=args.feed_coalesce),
         lease=lease, resolve=resolve, workers=args.workers, log_level=args.log_level,
         exchanges_per_peer=args.exchanges_per_peer, exchange_burst_per_peer=args.exchange_burst_per_peer,
         trusted_proxies=tuple(args.trusted_proxies if args.trusted_proxies is not None else _env_networks()))
