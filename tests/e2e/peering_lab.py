@@ -8,6 +8,7 @@ import pathlib
 import time
 from typing import Any, AsyncIterator, Callable
 
+from control.events import REPORTING_CONTROLLER
 from lab.cluster import default_peering_command
 from lab.testing import lab_clusters
 
@@ -66,6 +67,14 @@ def ready(obj: dict | None) -> tuple[str, str, str]:
     """(phase, Ready status, Ready reason)."""
     c = condition(obj, "Ready")
     return (((obj or {}).get("status") or {}).get("phase", ""), c.get("status", ""), c.get("reason", ""))
+
+
+def warning_events(cluster) -> list[tuple[str, str, str]]:
+    """(object, reason, message) of every Warning Event the module reported on `cluster`, in every namespace
+    (kube-apiserver's own controllers report on the lab's objects too)."""
+    return [((e.get("regarding") or {}).get("name", ""), e.get("reason", ""), e.get("note", ""))
+            for e in cluster.api.list("events.k8s.io", "events")
+            if e.get("type") == "Warning" and e.get("reportingController") == REPORTING_CONTROLLER]
 
 
 def create_invite(cluster, name: str, **invite: Any) -> dict:
