@@ -94,6 +94,10 @@ class ControlSettings:
     feed_coalesce: float = 0.05
     """Seconds the feed waits after a change to gather more before building one registry snapshot."""
 
+    served_wait: float = 2.0
+    """Seconds a join answer waits for this replica's registry to admit the certificate it carries (it is sent
+    then, or after this bound: other replicas, and this one if it is late, catch up at the entrance)."""
+
     peer_sync_interval: float = 30.0
     """Seconds between pulls of each peer's offer (jittered by ±20%); a notify from the peer pulls at once."""
 

@@ -16,10 +16,11 @@ from control.clock import SYSTEM, Clock
 from control.config import Settings
 from control.events import EventRecorder
 from control.facts import Discovery
-from control.feed import cluster_uuid_from
+from control.feed import Published, cluster_uuid_from
 from control.handlers.dispatch import Handlers
 from control.informers import Informers
 from control.kube import CONFIGMAPS, KubeSession
+from control.rules.served import admits_certificate
 from control.watch import ObjectPoller
 
 if TYPE_CHECKING:
@@ -39,6 +40,10 @@ class Context:
     """The gateway's last failed token exchange per Dex connector (reason, message); see Gateway."""
     clock: Clock = SYSTEM
     """Where every reconciler reads the time (a test gives a fake one)."""
+    published: Published | None = None
+    """The registry this replica's gateway decides on (the feed's): what the control loop announces is held back
+    until it is served here. None where no gateway runs in the process (a tool, a test of the rules): nothing is
+    held back then."""
 
     def enqueue(self, reconciler: str, key: str) -> None:
         """Queue `key` for the named reconciler now (a request handler's nudge); a replica that does not lead has
@@ -68,6 +73,15 @@ class Context:
     def discovery(self) -> Discovery:
         """One discovery cache (resource scopes) for every reconciler that needs it."""
         return Discovery(self.kube, clock=self.clock)
+
+    async def admitted(self, clusterpeer: str, cert_pem: str) -> bool:
+        """Wait (at most `served_wait`) until this replica's entrance admits `cert_pem` as ClusterPeer
+        `clusterpeer`'s peer: an answer that hands a peer a certificate is sent then (rules/served.py). False when
+        it did not in time (the answer goes anyway: the entrance catches up, the peer retries)."""
+        if self.published is None:
+            return True
+        return await self.published.until(lambda registry: admits_certificate(registry, clusterpeer, cert_pem),
+                                          self.settings.control.served_wait)
 
     def cluster_uuid_informer(self) -> ObjectPoller:
         """The shared reader of kube-system/d8-cluster-uuid (a GET poller: the process may only get it)."""

@@ -15,7 +15,7 @@ import base64
 import dataclasses
 import inspect
 import logging
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from contract.names import (CA_SECRET, CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_KEY, CLUSTER_UUID_NAMESPACE,
                             EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET, MANAGED_BY_SELECTOR, PEER_SECRET_PREFIX)
@@ -89,9 +89,51 @@ def certificates_from(secrets: dict[str, dict]) -> ServingMaterial | None:
     return certs
 
 
+class Published:
+    """The registry this replica's gateway decides on now: the feed's last publish, handed to the sink before it is
+    set here. What the control loop announces to others is held back until it is served here (the access of a
+    ClusterPeer, a certificate the join answers with: docs/protocol.md, "Announced only once served"): `until`
+    waits for a registry that serves it, `subscribe` tells of every publish."""
+
+    def __init__(self) -> None:
+        self.registry: Registry = Registry.empty()
+        self._next = asyncio.Event()
+        self._subscribers: list[Callable[[Registry, Registry], None]] = []
+
+    def set(self, registry: Registry) -> None:
+        old, self.registry = self.registry, registry
+        event, self._next = self._next, asyncio.Event()
+        event.set()
+        for fn in list(self._subscribers):
+            try:
+                fn(old, registry)
+            except Exception as exc:  # one broken subscriber must not keep the others from hearing of it
+                log.error("registry subscriber failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+
+    def subscribe(self, fn: Callable[[Registry, Registry], None]) -> Callable[[], None]:
+        """Call `fn(previous, new)` after every publish; returns the function that unsubscribes."""
+        self._subscribers.append(fn)
+        return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
+
+    async def until(self, served: Callable[[Registry], bool], timeout: float) -> bool:
+        """Whether a registry for which `served` is true is published within `timeout` seconds (now included)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not served(self.registry):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._next.wait(), remaining)
+            except asyncio.TimeoutError:
+                return served(self.registry)
+        return True
+
+
 class Feed:
     """Publishes registry snapshots and certificates to `sink` from the shared informers; `ready` is set after the
-    first publish of fully synced caches (the process's /readyz waits on it)."""
+    first publish of fully synced caches (the process's /readyz waits on it); `published` is what the sink was
+    handed last."""
 
     def __init__(self, informers: Informers, sink: Sink, namespace: str, *, coalesce: float = 0.05) -> None:
         self.sink = sink
@@ -105,7 +147,7 @@ class Feed:
         self._informers: tuple[Informer | ObjectPoller, ...] = (
             self.clusterpeers, self.secrets, self.capabilities, self.cluster_uuid)
         self.generation = 0
-        self.registry: Registry = Registry.empty()
+        self.published = Published()
         self.certificates: ServingMaterial | None = None
         self.ready = asyncio.Event()
         self._dirty = asyncio.Event()
@@ -162,11 +204,16 @@ class Feed:
             return self.registry
         self.generation += 1
         await _maybe_await(self.sink.publish(registry))
-        self.registry = registry
+        self.published.set(registry)
         self.ready.set()
         log.info("registry published", extra={"generation": registry.generation, "peers": len(registry.peers),
                                               "capabilities": len(registry.capabilities)})
         return registry
+
+    @property
+    def registry(self) -> Registry:
+        """The last registry published (an empty placeholder before the first)."""
+        return self.published.registry
 
 
 def _same_content(a: Registry, b: Registry) -> bool:

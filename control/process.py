@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 import prometheus_client
 
 from gateway.config import GatewayConfig
+from gateway.registry import Registry
 from gateway.resolve import OverrideResolver
 
 from control import reconcilers
@@ -65,8 +66,12 @@ class Runtime:
         self.handlers = handlers or Handlers()
         self.informers = Informers(kube, watch_timeout=settings.kube.watch_timeout,
                                    optional_recheck=settings.control.optional_api_interval)
-        self.ctx = Context(settings, kube, self.informers, self.handlers, clock=clock)
         self.feed = Feed(self.informers, gateway, settings.kube.namespace, coalesce=settings.control.feed_coalesce)
+        self.ctx = Context(settings, kube, self.informers, self.handlers, clock=clock, published=self.feed.published)
+        # What a ClusterPeer announces waits for the registry that serves it (control/rules/access.py): a publish
+        # that changes a peer queues its ClusterPeer again.
+        self.feed.published.subscribe(lambda old, new: [self.ctx.enqueue("clusterpeer", name)
+                                                        for name in changed_peers(old, new)])
         self.controller = Controller(self.informers, [make(self.ctx) for make in reconcilers],
                                      workers=settings.control.reconcile_workers)
         self.ctx.controller = self.controller
@@ -122,6 +127,11 @@ class Runtime:
         await self.feed.stop()
         await self.informers.stop()
         log.info("control loop stopped")
+
+
+def changed_peers(old: Registry, new: Registry) -> set[str]:
+    """The ClusterPeers whose peer the new registry holds otherwise than the old one (added, changed or gone)."""
+    return {name for name in set(old.peers) | set(new.peers) if old.peers.get(name) != new.peers.get(name)}
 
 
 def write_ports_file(path: str, ports: dict[str, int]) -> None:

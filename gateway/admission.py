@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import Callable
 from urllib.parse import unquote_to_bytes
 
 from contract import reasons
@@ -153,14 +154,8 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
     try:
         peer = entrance_peer(state, fingerprint)
     except Refusal as refusal:
-        # A certificate of our CA that no live peering holds yet, while a ClusterPeer's exchange is under way: the
-        # peer may already use what it was issued before the registry has that peering (catchup.py).
-        if limits.registry_catch_up <= 0 or fingerprint is None or not registry.pending:
-            raise
-        return catchup.NeedsRegistry(
-            refusal, registry.generation, lambda: admit_entrance(state, client, fingerprint, method, target,
-                                                                 fields, length, chunked),
-            b"watch" in target and is_watch(target), state.loop.time() + limits.registry_catch_up)
+        return _certificate_coming(state, refusal, fingerprint, lambda: admit_entrance(
+            state, client, fingerprint, method, target, fields, length, chunked), b"watch" in target and is_watch(target))
     client.peer = peer.name
     forward, auth, client.close = screen_request(fields)
     _check_body(length, limits.max_body_bytes)
@@ -210,11 +205,26 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
                          state.api_authority, forward, length, chunked)
 
 
+def _certificate_coming(state: GatewayState, refusal: Refusal, fingerprint: str | None,
+                        again: Callable[[], object], watch: bool) -> "catchup.NeedsRegistry":
+    """A certificate of our CA that no live peering holds yet, while a ClusterPeer's exchange is under way: the
+    peer may already use what it was issued before the registry has that peering (catchup.py); else `refusal`."""
+    registry, limits = state.registry, state.limits
+    if limits.registry_catch_up <= 0 or fingerprint is None or not registry.pending:
+        raise refusal
+    return catchup.NeedsRegistry(refusal, registry.generation, again, watch, state.loop.time() + limits.registry_catch_up)
+
+
 def admit_peer_call(state: GatewayState, client: ClientState, fingerprint: str | None, method: str, target: str
-                    ) -> tuple[Peer, str]:
-    """A call of the peer protocol (`target` under /peering/v1/): the calling peer and the operation."""
+                    ) -> "tuple[Peer, str] | catchup.NeedsRegistry":
+    """A call of the peer protocol (`target` under /peering/v1/): the calling peer and the operation, or the wait
+    for a registry that knows the calling certificate (a joiner delivers its half at once after the join)."""
     client.begin()
-    peer = entrance_peer(state, fingerprint)
+    try:
+        peer = entrance_peer(state, fingerprint)
+    except Refusal as refusal:
+        return _certificate_coming(state, refusal, fingerprint,
+                                   lambda: admit_peer_call(state, client, fingerprint, method, target), False)
     client.peer = peer.name
     op = target[len(PEER_PREFIX):].split("?", 1)[0]
     expected = PEER_OPS.get(op)

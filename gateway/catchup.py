@@ -3,11 +3,12 @@
 The control loop writes a ClusterPeer's status (effectiveCapabilities, access, grants) and then, through its
 watches, publishes the registry built from it; a module's controller that starts the moment `status.access` shows
 an audience can reach a gateway whose registry is 30-100 ms behind, here (the egress) or at the peer (the
-entrance, whose control loop learns of the capability from our offer a moment after ours did). A refusal that
-only a registry behind the status explains is therefore held for at most `Limits.registry_catch_up` seconds:
+entrance, whose control loop learns of the capability from our offer a moment after ours did). The replica that
+announces waits for its own registry first (control/rules/served.py); this is the bound for the others. A refusal
+that only a registry behind the status explains is therefore held for at most `Limits.registry_catch_up` seconds:
 at the egress PeerNotFound for a ClusterPeer that exists but is not live yet, or PeerNotConnected, for a token
-of a local consumer; at the entrance PeerUnknown for a certificate (TLS verified it against our peering CA) while
-some ClusterPeer is not live yet (`Registry.pending`: its exchange is under way, and the peer may already use what
+of a local consumer; at the entrance PeerUnknown for a certificate (TLS verified it against our peering CA), on a
+proxied request or a call of the peer protocol, while some ClusterPeer is not live yet (`Registry.pending`: its exchange is under way, and the peer may already use what
 it was issued), PeerIssuerUnknown before the peer's first offer; and TokenAudienceMismatch
 or NoEffectiveCapability for a capability that the ClusterPeer opens here, that exists here, is Accepted and
 lists the token's ServiceAccount as a consumer, but is not effective for the peer yet. Each newer registry

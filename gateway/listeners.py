@@ -16,6 +16,7 @@ from contract.paths import JOIN_PATH, PEER_PREFIX
 from gateway.admission import (ClientState, admit_egress, admit_entrance, admit_peer_call, closes_connection,
                                complete, withdrawn)
 from gateway.authority import Authority, request_namespace
+from gateway.catchup import NeedsRegistry
 from gateway.http import JSON, HTTPProtocol, status_response
 from gateway.joinlimit import JoinRateLimit, client_address, token_id, trusted_networks
 from gateway.protocol import ControlHandlers, JoinCall, PeerCall
@@ -71,7 +72,10 @@ class Entrance:
                                     start)
 
     async def _peer_call(self, request: web.BaseRequest, client: ClientState, fp: str | None) -> web.StreamResponse:
-        peer, op = admit_peer_call(self.state, client, fp, request.method, request.raw_path)
+        decision = admit_peer_call(self.state, client, fp, request.method, request.raw_path)
+        if isinstance(decision, NeedsRegistry):
+            decision = await decision.settle(self.state)
+        peer, op = decision  # type: ignore[misc]
         body = None
         if request.method == "POST":
             body = await read_json(request, self.state.limits.max_peer_call_bytes)

@@ -135,8 +135,10 @@ class JoinHandler:
                 raise _refuse(reasons.CLUSTER_UUID_IN_USE, claim)
             if decision.outcome == "reanswer":
                 if creds.redeemer(values) == redeemed_by and values.get("client.key"):
-                    return self._answer(own_uuid, name, ca, _first_cert(values["issued.crt"]),
-                                        pki.csr_for_key(values["client.key"], own_uuid), status["offer"])
+                    issued = _first_cert(values["issued.crt"])
+                    await self._served(name, issued)
+                    return self._answer(own_uuid, name, ca, issued, pki.csr_for_key(values["client.key"], own_uuid),
+                                        status["offer"])
                 break  # the status names this joiner but a crash lost what came after: rebuild it below
             try:
                 used = invite_rules.mark_used(stored, invite_rules.Redeemer(req.cluster_uuid, req.key_fingerprint), now)
@@ -173,7 +175,14 @@ class JoinHandler:
         log.info("join accepted", extra={"clusterpeer": name, "peer": req.cluster_uuid})
         if self.on_joined is not None:
             self.on_joined(name)
+        await self._served(name, issued)
         return self._answer(own_uuid, name, ca, issued, material.cert_pem, offer)
+
+    async def _served(self, name: str, issued: str) -> None:
+        """The joiner calls with the certificate the answer carries at once: answer once this replica admits it."""
+        if not await self.ctx.admitted(name, issued):
+            log.warning("join answered before this replica's entrance admits the certificate it carries",
+                        extra={"clusterpeer": name, "waited": self.ctx.settings.control.served_wait})
 
     def _uuids_in_use(self, name: str) -> dict[str, str]:
         """The cluster UUIDs the other live ClusterPeers of this cluster stand for (from the caches)."""

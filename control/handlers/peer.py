@@ -144,4 +144,7 @@ class PeerHandlers:
         await self._update_secret(call.peer.name, change)
         log.info("client certificate renewed for peer" if fresh[0] else "client certificate answered again (renewed "
                  "recently)", extra={"clusterpeer": call.peer.name})
+        # The peer calls with it at once: answer once this replica admits it (it keeps its previous one for the
+        # replicas that have not caught up).
+        await self.ctx.admitted(call.peer.name, issued[0])
         return join_rules.certificate_answer(issued[0])

@@ -62,3 +62,30 @@ async def test_bursts_are_coalesced_and_no_op_changes_publish_nothing(api, kube)
     finally:
         await feed.stop()
         await informers.stop()
+
+
+async def test_published_tells_of_each_registry_and_waits_for_one_that_serves():
+    from control.feed import Published
+    from gateway.registry import Registry
+
+    def registry(generation: int) -> Registry:
+        return Registry.from_objects(cluster_uuid="u", clusterpeers=[], peer_secrets=[], capabilities=[],
+                                     generation=generation)
+
+    published = Published()
+    told: list[tuple[int, int]] = []
+    unsubscribe = published.subscribe(lambda old, new: told.append((old.generation, new.generation)))
+    # Served already: no wait. Never served: False after the bound.
+    assert await published.until(lambda r: True, 0)
+    assert not await published.until(lambda r: r.generation >= 9, 0.05)
+    waiting = asyncio.ensure_future(published.until(lambda r: r.generation >= 2, 5))
+    await asyncio.sleep(0)
+    published.set(registry(1))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # a newer registry that does not serve it yet: waits on
+    published.set(registry(2))
+    assert await asyncio.wait_for(waiting, 5)
+    assert told == [(0, 1), (1, 2)]
+    unsubscribe()
+    published.set(registry(3))
+    assert told == [(0, 1), (1, 2)] and published.registry.generation == 3

@@ -10,7 +10,7 @@ from types import MappingProxyType
 import pytest
 
 from contract.errors import Refusal
-from gateway.admission import ClientState, NeedsReview, admit_egress, admit_entrance, complete
+from gateway.admission import ClientState, NeedsReview, admit_egress, admit_entrance, admit_peer_call, complete
 from gateway.catchup import NeedsRegistry
 from gateway.exchange import ExchangeCache
 from gateway.metrics import Metrics
@@ -116,6 +116,27 @@ async def test_a_certificate_unknown_while_a_peering_is_mid_exchange_waits_for_t
     decision = admit_entrance(state, ClientState(), fp, b"GET", b"/api", fields(make_token(issuer_key)))
     with pytest.raises(Refusal, match="PeerUnknown|belongs to no live peering"):
         await asyncio.wait_for(complete(state, ClientState(), decision), 5)
+
+
+async def test_a_peer_call_with_a_certificate_unknown_mid_exchange_waits_for_the_registry_that_has_it(
+        state, fp, pki, issuer_key):
+    """A joiner delivers its half the moment the join is answered, maybe to a replica whose registry lacks the
+    peering yet: the peer protocol waits the same bounded way as a proxied request, and only while a ClusterPeer
+    is mid-exchange."""
+    live = registry(pki, issuer_key, generation=3, effective=())
+    state.publish(_without_peer(live, generation=2, pending=frozenset({"peer"})))
+    client = ClientState()
+    decision = admit_peer_call(state, client, fp, "POST", "/peering/v1/credentials")
+    assert isinstance(decision, NeedsRegistry) and decision.refusal.reason == "PeerUnknown"
+    task = asyncio.ensure_future(decision.settle(state))
+    await _pending(task)
+    state.publish(live)
+    peer, op = await asyncio.wait_for(task, 5)
+    assert (peer.name, op, client.peer) == ("peer", "credentials", "peer")
+    # Nothing mid-exchange: refused at once, as a revoked peer's certificate is.
+    state.publish(_without_peer(live, generation=4, pending=frozenset()))
+    with pytest.raises(Refusal, match="belongs to no live peering"):
+        admit_peer_call(state, ClientState(), fp, "POST", "/peering/v1/credentials")
 
 
 async def test_no_newer_registry_in_time_answers_the_refusal(state, fp, issuer_key):

@@ -26,6 +26,7 @@ from control.rules import events as event_rules
 from control.rules import join as join_rules
 from control.rules import projects as project_rules
 from control.rules.access import desired_access
+from control.rules.served import admits_certificate, served_capabilities
 from control.rules.capabilities import validated_capabilities
 from control.rules.entitlements import NONE, Entitlements, entitlements
 from control.rules.ownership import owner_names
@@ -67,7 +68,10 @@ class ClusterPeerReconciler:
                              entrance_host=self.settings.entrance_host,
                              client_cert_lifetime=self.settings.control.client_lifetime,
                              uuids_in_use=self._uuids_in_use)
-        self.syncer = Syncer(ctx.kube, client, memory, ctx.clock, namespace=self.namespace)
+        published = ctx.published
+        self.syncer = Syncer(ctx.kube, client, memory, ctx.clock, namespace=self.namespace, admits=(
+            (lambda name, cert: admits_certificate(published.registry, name, cert)) if published is not None else
+            (lambda name, cert: True)))
         # Read at each pass: the runtime connects the gateway's exchange failures after building the reconcilers.
         self.provider = ProviderKeeper(ctx.kube, self.providers, exchange_failures=lambda: ctx.exchange_failures())
         every = self._every_key
@@ -190,11 +194,16 @@ class ClusterPeerReconciler:
                                    local_projects=obs.local_projects)
             token_exchange = await self.provider.keep(cp, peer=peer, own_uuid=own_uuid,
                                                       effective=derived.capability_names)
-            access = desired_access(key, peer_uuid, obs.ca.cert_pem, derived.capability_names)
+            # Announced only once served: the registry publish that serves the rest queues this key again.
+            published = self.ctx.published
+            access = desired_access(key, peer_uuid, obs.ca.cert_pem, derived.capability_names,
+                                    None if published is None else served_capabilities(published.registry, key))
 
         selfcheck = None
         if self.selfcheck is not None:
-            selfcheck = conditions_of(await self.selfcheck.result(), obs.ca.cert_pem, self.selfcheck.host, obs.now)
+            seen = await self.selfcheck.result()
+            if seen is not None:  # None: the entrance did not answer, not confirmed yet; the conditions stay
+                selfcheck = conditions_of(seen, obs.ca.cert_pem, self.selfcheck.host, obs.now)
             waits.append(max(0.5, self.selfcheck.due_in()))
 
         status = self._status(obs, mem, credentials=credentials.progress, problem=problem, invite=invite,

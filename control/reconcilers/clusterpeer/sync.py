@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 from control import pki
 from control.clock import Clock
@@ -50,17 +51,22 @@ def failure(answer: Answer) -> tuple[str, str]:
 
 class Syncer:
     def __init__(self, kube: KubeSession, client: PeerClient, memory: Memory, clock: Clock, *,
-                 namespace: str) -> None:
+                 namespace: str, admits: Callable[[str, str], bool] = lambda clusterpeer, cert_pem: True) -> None:
         self.kube = kube
         self.client = client
         self.memory = memory
         self.clock = clock
         self.namespace = namespace
+        #: Whether this replica's entrance admits a certificate (PEM) as the ClusterPeer's peer now: a joiner
+        #: delivers the certificate it issued only then, since the inviter calls with it at once
+        #: (rules/served.py); the registry publish that admits it queues the ClusterPeer again.
+        self.admits = admits
 
     async def sync(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None, *,
                    just_joined: bool) -> SyncOutcome:
         values = await self._renew(obs, mem, values)
-        if obs.spec.type == JOIN and mem.delivered != values.get("issued.crt") and not just_joined:
+        if obs.spec.type == JOIN and mem.delivered != values.get("issued.crt") and not just_joined and \
+                self.admits(obs.key, values["issued.crt"]):
             await self._deliver(obs, mem, values)
         if mem.pull_at <= self.clock.monotonic() or peer is None:
             peer = await self._pull(obs, mem, values, peer)

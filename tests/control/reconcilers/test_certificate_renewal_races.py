@@ -67,9 +67,13 @@ class Setup:
         return _certs(creds.secret_values(self.server.get("", "secrets", "peer-to-b", NAMESPACE))["issued.crt"])
 
 
+async def _admitted(clusterpeer: str, cert_pem: str) -> bool:
+    return True  # no gateway runs here: nothing to wait for before answering
+
+
 def handlers(kube, clock: FakeClock) -> PeerHandlers:
     ctx = types.SimpleNamespace(kube=kube, namespace=NAMESPACE, handlers=None, clock=clock,
-                                cluster_uuid=lambda: CLUSTER_UUID,
+                                cluster_uuid=lambda: CLUSTER_UUID, admitted=_admitted,
                                 settings=types.SimpleNamespace(control=types.SimpleNamespace(client_lifetime=LIFETIME)))
     return PeerHandlers(ctx, pull_now=lambda name: None)
 

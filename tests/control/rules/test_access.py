@@ -20,3 +20,13 @@ def test_desired_access():
 def test_no_effective_capabilities_no_audiences():
     assert desired_access("x", "u", "PEM", [])["audiences"] == []
     assert audience("u", "c") == "peering.deckhouse.io/u/c"
+
+
+def test_only_what_the_egress_serves_is_announced():
+    # The registry published here serves dns only (storage was just made effective): storage's audience waits.
+    got = desired_access("x", "u", "PEM", ["storage", "dns"], served=frozenset({"dns"}))
+    assert [a["capability"] for a in got["audiences"]] == ["dns"]
+    # No longer effective: gone at once, whatever the registry still serves.
+    assert desired_access("x", "u", "PEM", [], served={"dns"})["audiences"] == []
+    # No gateway in the process: nothing is held back.
+    assert len(desired_access("x", "u", "PEM", ["storage", "dns"], served=None)["audiences"]) == 2
