@@ -161,8 +161,21 @@ def conditions_of(result: Probe, ca_pem: str, host: str, now: datetime.datetime)
             server_cert_condition(result.cert_pem, ca_pem, host, now, result.detail))
 
 
+#: Probes that must find the entrance unreachable in a row, over at least `CONFIRM_SECONDS` (or the interval, if
+#: shorter), before the conditions say EntranceUnreachable: a process that just started, or whose certificates were
+#: just reloaded, is reached through a Service and load balancer that route to it a moment after it is ready.
+CONFIRM_PROBES = 3
+CONFIRM_SECONDS = 10.0
+#: The first retry of an unconfirmed failure; each further one waits twice as long, never longer than the interval.
+RETRY_SECONDS = 1.0
+
+
 class SelfCheck:
-    """The cached, single-flight probe of our entrance; `resolve(host)` maps the name like the process does."""
+    """The cached, single-flight probe of our entrance; `resolve(host)` maps the name like the process does.
+
+    A probe that reaches the entrance is the verdict until the next one, `interval` later. One that does not is
+    retried sooner (RETRY_SECONDS, doubling) and becomes the verdict only once confirmed (CONFIRM_PROBES in a row
+    over CONFIRM_SECONDS or the interval); until then `result()` is None and the conditions keep what they say."""
 
     def __init__(self, host: str, *, resolve=None, interval: float = 60.0, clock: Clock = SYSTEM) -> None:
         self.host = host
@@ -171,18 +184,31 @@ class SelfCheck:
         self.clock = clock
         self.last: Probe | None = None
         self._at = -1e18
+        self._next = 0.0  # seconds after `_at` when the next probe is due
+        self._failures: list[float] = []  # when each unreachable probe in a row was made
         self._lock = asyncio.Lock()
 
     def invalidate(self) -> None:
         self._at = -1e18
 
     def due_in(self) -> float:
-        return max(0.0, self._at + self.interval - self.clock.monotonic())
+        return max(0.0, self._at + self._next - self.clock.monotonic())
 
-    async def result(self) -> Probe:
+    async def result(self) -> Probe | None:
+        """The verdict (a probe's), or None while the entrance's unreachability is not confirmed yet."""
         async with self._lock:
-            if self.last is None or self.clock.monotonic() - self._at >= self.interval:
+            if self.clock.monotonic() - self._at >= self._next:
                 address = self.resolve(self.host) if self.resolve is not None else None
-                self.last = await probe(self.host, 443, address)
+                seen = await probe(self.host, 443, address)
                 self._at = self.clock.monotonic()
+                if seen.client != "unreachable":
+                    self._failures.clear()
+                    self.last, self._next = seen, self.interval
+                else:
+                    self._failures.append(self._at)
+                    confirmed = (len(self._failures) >= CONFIRM_PROBES
+                                 and self._at - self._failures[0] >= min(CONFIRM_SECONDS, self.interval))
+                    self.last = seen if confirmed else None
+                    self._next = self.interval if confirmed else min(
+                        self.interval, RETRY_SECONDS * 2 ** (len(self._failures) - 1))
             return self.last

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import pathlib
+import socket
 from typing import Awaitable, Callable
 
 import pytest
@@ -16,6 +17,13 @@ from lab.apiserver.testing import start_test_apiserver
 CRDS = pathlib.Path(__file__).resolve().parents[2] / "charts" / "peering" / "crds"
 NAMESPACE = "d8-peering"
 CLUSTER_UUID = "9b2f3a4e-0000-4000-8000-00000000000a"
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, learnt, closed): a connection to it is refused at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 async def start_api(tmp_path, **kwargs):

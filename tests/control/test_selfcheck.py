@@ -11,8 +11,10 @@ import ssl
 import pytest
 
 from control import pki
-from control.selfcheck import SelfCheck, conditions_of, probe, served_certificate
+from control.selfcheck import (CONFIRM_PROBES, CONFIRM_SECONDS, RETRY_SECONDS, SelfCheck, conditions_of, probe,
+                               served_certificate)
 from gateway import tls
+from tests.control.conftest import FakeClock, closed_port
 
 HOST = "peering-gateway.x.lab"
 NOW = datetime.datetime.now(datetime.timezone.utc)
@@ -180,3 +182,33 @@ async def test_a_refusal_that_arrives_before_the_certificate_is_read_is_a_refusa
     assert result.cert_pem.strip() == served.cert_pem.strip()
     client, server_cond = conditions_of(result, ca.cert_pem, HOST, NOW)
     assert (client.reason, server_cond.reason) == ("ClientCertRequired", "PeeringRootCert")
+
+
+async def test_an_unreachable_entrance_is_said_only_once_probes_confirm_it(ca, tmp_path):
+    """A process that just started (or reloaded its certificates) is routed to a moment later: an unreachable
+    entrance is probed again sooner, and becomes the verdict only after CONFIRM_PROBES in a row over the confirming
+    time; one probe that reaches it ends the count."""
+
+    server, port = await _serve(pki.issue_server_cert(ca, [HOST], now=NOW), require_client_cert=True,
+                                tmp_path=tmp_path)
+    target = {"port": closed_port()}
+    clock = FakeClock()
+    check = SelfCheck(HOST, resolve=lambda host: ("127.0.0.1", target["port"]), interval=60, clock=clock)
+    try:
+        assert await check.result() is None and check.due_in() == RETRY_SECONDS
+        clock.advance(RETRY_SECONDS)
+        assert await check.result() is None and check.due_in() == 2 * RETRY_SECONDS
+        target["port"] = port  # it is reachable now: the verdict, and the count starts again
+        clock.advance(2 * RETRY_SECONDS)
+        seen = await check.result()
+        assert seen is not None and seen.client == "refused" and check.due_in() == 60
+        target["port"] = closed_port()
+        verdicts = []
+        for _ in range(CONFIRM_PROBES + 2):
+            clock.advance(max(check.due_in(), CONFIRM_SECONDS / CONFIRM_PROBES))
+            verdicts.append(await check.result())
+        assert verdicts[:CONFIRM_PROBES - 1] == [None] * (CONFIRM_PROBES - 1)
+        assert verdicts[-1] is not None and verdicts[-1].client == "unreachable"
+    finally:
+        server.close()
+        await server.wait_closed()

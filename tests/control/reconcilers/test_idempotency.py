@@ -26,8 +26,9 @@ from control.process import RECONCILERS
 from control.rules import credentials as creds
 from control.rules import join as join_rules
 from control.rules.conditions import get_condition
+from control.selfcheck import CONFIRM_SECONDS, RETRY_SECONDS
 from control.watch import ObjectPoller
-from tests.control.conftest import CLUSTER_UUID, NAMESPACE, FakeClock, eventually
+from tests.control.conftest import CLUSTER_UUID, NAMESPACE, FakeClock, closed_port, eventually
 
 GROUP = "peering.deckhouse.io"
 API_VERSION = f"{GROUP}/v1alpha1"
@@ -35,13 +36,6 @@ PEER_UUID = "7c5e0000-0000-4000-8000-0000000000b2"
 PEER_ENTRANCE = "peering-gateway.y.lab"
 DAY = 86400.0
 HOUR = 3600.0
-
-
-def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, learnt, closed): a connection to it is refused at once."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class World:
@@ -120,7 +114,7 @@ class World:
 async def world(api, kube):
     server, _ = api
     clock = FakeClock()
-    entrance = f"127.0.0.1:{_closed_port()}"
+    entrance = f"127.0.0.1:{closed_port()}"
     w = World(server, kube, clock, {"peering-gateway.t.lab": entrance, "peering.gone.lab": entrance})
     await w.start()
     try:
@@ -162,6 +156,13 @@ async def test_an_invite_is_written_once_and_replaced_when_it_expires_unused(wor
     assert await world.run("clusterpeer", "inv") == 1
     assert await world.run("clusterpeer", "inv") == 0
     first = clusterpeer(world, "inv")["status"]["invite"]
+    # The self-check finds no entrance: it probes again sooner, and says so once that is confirmed (one write).
+    assert get_condition(clusterpeer(world, "inv")["status"]["conditions"], "ClientCertEnforced") is None
+    wrote = 0
+    for seconds in (RETRY_SECONDS, 2 * RETRY_SECONDS, CONFIRM_SECONDS):
+        world.clock.advance(seconds)
+        wrote += await world.run("clusterpeer", "inv")
+    assert wrote == 1
     assert get_condition(clusterpeer(world, "inv")["status"]["conditions"], "ClientCertEnforced")["reason"] == \
         "EntranceUnreachable"
     # Past two self-check intervals: probed again, the same answer, nothing written.
@@ -258,7 +259,7 @@ async def test_an_established_peering_writes_only_what_a_pull_or_a_renewal_chang
     clock = FakeClock()
     entrance = PeerEntrance(peer_ca, tmp_path)
     port = await entrance.start()
-    closed = f"127.0.0.1:{_closed_port()}"
+    closed = f"127.0.0.1:{closed_port()}"
     world = World(server, kube, clock, {"peering-gateway.t.lab": closed, PEER_ENTRANCE: f"127.0.0.1:{port}"})
     await world.start()
     try:
