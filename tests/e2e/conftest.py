@@ -3,4 +3,4 @@ that its tests can ask for them by name."""
 
 from __future__ import annotations
 
-from guide_helpers import demo_apiserver, guide_lab, guide_story  # noqa: F401  (fixtures)
+from guide_helpers import demo_apiserver, guide_lab, guide_story, transitions  # noqa: F401  (fixtures)

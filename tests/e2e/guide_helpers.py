@@ -19,6 +19,7 @@ import pytest
 from lab.cluster import peering_executable
 from lab.demo import LabThread, Story
 from lab.testing import apiserver_backends, real_binaries_or_skip
+from transitions import Transitions
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -103,6 +104,17 @@ def guide_story(guide_lab, tmp_path) -> Iterator[Story]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def transitions(guide_story) -> Iterator[Transitions]:
+    """What the ClusterPeers and ProjectPeers of `guide_story`'s clusters go through, and their Warning Events
+    (transitions.py), from before its first step."""
+    seen = Transitions({"a": guide_story.a, "b": guide_story.b})
+    try:
+        yield seen
+    finally:
+        seen.close()
 
 
 @pytest.fixture(params=apiserver_backends())
