@@ -86,6 +86,7 @@ class Runtime:
         self.metrics = ControlCollector(self.informers, settings.kube.namespace,
                                         leading=lambda: self.elector.is_leader, memory=self._peer_memory)
         self._started = False
+        self._electing: asyncio.Task | None = None
 
     def _peer_memory(self) -> Memory | None:
         for runner in self.controller.runners:
@@ -106,15 +107,25 @@ class Runtime:
         start = getattr(self.gateway, "start", None)
         if start is not None:
             await start()
-        self.elector.start()
+        # The reconcilers announce only what this replica's gateway serves (rules/served.py): they lead only once
+        # the gateway holds the registry of synced caches, not the empty one it starts with.
+        self._electing = asyncio.create_task(self._elect_when_published(), name="elect-when-published")
         log.info("control loop started", extra={"identity": self.settings.lease.identity,
                                                 "namespace": self.settings.kube.namespace})
+
+    async def _elect_when_published(self) -> None:
+        await self.feed.ready.wait()
+        self.elector.start()
 
     async def stop(self) -> None:
         """Stop reconciling and release the Lease first, then stop serving, then the watches."""
         if not self._started:
             return
         self._started = False
+        if self._electing is not None:
+            self._electing.cancel()
+            await asyncio.gather(self._electing, return_exceptions=True)
+            self._electing = None
         await self.elector.stop(release=True)
         await self.controller.stop()
         for runner in self.controller.runners:

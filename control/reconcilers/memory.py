@@ -23,7 +23,9 @@ class PeerMemory:
     #: monotonic time of the next offer pull; 0 means now.
     pull_at: float = 0.0
     sync_failures: int = 0
-    #: the certificate we issued to the inviter was delivered with /peering/v1/credentials (by this process).
+    #: the key (public key fingerprint) of the inviter for which a certificate we issued was delivered with
+    #: /peering/v1/credentials (by this process): renewals keep the key, and the inviter gets a renewed certificate
+    #: in the answer to its own renewal, so only a new key needs a delivery.
     delivered: str = ""
     #: our offer as last announced with /peering/v1/notify (so a changed offer is announced once).
     notified_offer: dict | None = None

@@ -45,6 +45,14 @@ class SyncOutcome:
     wait: float
 
 
+def _key_of(cert_pem: str) -> str:
+    """The public key fingerprint of a certificate (the first of a bundle); "" for none."""
+    try:
+        return pki.public_key_fingerprint(cert_pem) if cert_pem else ""
+    except pki.PKIError:
+        return ""
+
+
 def failure(answer: Answer) -> tuple[str, str]:
     return cond.sync_failure(answer.status, answer.body, refused_certificate=answer.refused_certificate)
 
@@ -65,13 +73,13 @@ class Syncer:
     async def sync(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None, *,
                    just_joined: bool) -> SyncOutcome:
         values = await self._renew(obs, mem, values)
-        if obs.spec.type == JOIN and mem.delivered != values.get("issued.crt") and not just_joined and \
-                self.admits(obs.key, values["issued.crt"]):
+        undelivered = obs.spec.type == JOIN and mem.delivered != _key_of(values.get("issued.crt", ""))
+        if undelivered and not just_joined and self.admits(obs.key, values["issued.crt"]):
             await self._deliver(obs, mem, values)
+            undelivered = mem.delivered != _key_of(values["issued.crt"])
         if mem.pull_at <= self.clock.monotonic() or peer is None:
             peer = await self._pull(obs, mem, values, peer)
-        return SyncOutcome(values=values, peer=peer, error=mem.sync_error,
-                           undelivered=obs.spec.type == JOIN and mem.delivered != values.get("issued.crt"),
+        return SyncOutcome(values=values, peer=peer, error=mem.sync_error, undelivered=undelivered,
                            wait=max(0.05, mem.pull_at - self.clock.monotonic()))
 
     async def announce(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> float | None:
@@ -107,7 +115,7 @@ class Syncer:
     async def _deliver(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> None:
         answer = await self._call(mem, values, "credentials", join_rules.credentials_message(values["issued.crt"]))
         if answer.ok:
-            mem.delivered = values["issued.crt"]
+            mem.delivered = _key_of(values["issued.crt"])
             mem.pull_at = 0.0
         else:
             mem.sync_error = failure(answer)
