@@ -76,6 +76,10 @@ def lab_peering_command(cluster: LabCluster) -> list[str] | None:
             f"PEERING_PEER_SYNC_INTERVAL={LAB_PEER_SYNC_INTERVAL}", "--", *cmd]
 
 
+#: How long the lab's clusters may take to start (a real kube-apiserver and etcd each, on a loaded machine).
+START_TIMEOUT = 120.0
+
+
 class LabThread:
     """Lab clusters on an event loop in a thread of their own, so that the caller can run kubectl and wait.
 
@@ -83,7 +87,7 @@ class LabThread:
     """
 
     def __init__(self, dir: pathlib.Path, names: list[str], *, ready_timeout: float = 30.0,
-                 start_timeout: float = 120.0, apiserver: str = "emulator") -> None:
+                 start_timeout: float = START_TIMEOUT, apiserver: str = "emulator") -> None:
         self.dir = pathlib.Path(dir)
         self.apiserver = apiserver
         # A healthy peering process is ready within seconds; one that is not says why in its log, shown then.

@@ -85,14 +85,16 @@ def guide_lab(request, tmp_path) -> Iterator[LabThread]:
     if request.param == "real":
         real_binaries_or_skip()
     started: set[int] = set()
+    # Processes of other fixtures of this test process (a session's real backend, say) are not this lab's.
+    before = set(children(os.getpid()))
     lab = LabThread(tmp_path / "lab", ["a", "b"], apiserver=request.param)
     with lab:
         try:
             yield lab
         finally:
             started.update(peering_pids(lab))
-    left = {pid: cmd for pid, cmd in children(os.getpid()).items()
-            if "peering" in cmd or "kubectl" in cmd or "kube-" in cmd or "etcd" in cmd or pid in started}
+    left = {pid: cmd for pid, cmd in children(os.getpid()).items() if pid not in before and (
+            "peering" in cmd or "kubectl" in cmd or "kube-" in cmd or "etcd" in cmd or pid in started)}
     assert not left, f"processes left behind by the lab: {left}"
 
 

@@ -21,19 +21,18 @@ import pytest
 import pytest_asyncio
 
 from control.rules.access import audience
-from gateway.config import Limits
 from gateway.resolve import OverrideResolver
 from lab.testing import apiserver_backends, lab_clusters
 from peering_lab import (GROUP, clusterpeer, connection_string, create_capability, create_project_with_prices,
                          fast_peering_command, until, warning_events)
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(240)]
 
 CAP = "configmaps-reader"
 PROJECT = "shop"
 EGRESS = "peering-gateway.d8-peering.svc"
-#: (feed coalescing in seconds or None as shipped, rounds)
-LAGS = {"as-shipped": (None, 20), "registry-0.5s-behind": (0.5, 5)}
+#: (feed coalescing in seconds or None as shipped, rounds on the emulator, rounds on a real kube-apiserver)
+LAGS = {"as-shipped": (None, 20, 10), "registry-0.5s-behind": (0.5, 5, 5)}
 
 
 def _lagging(coalesce: float | None):
@@ -50,7 +49,8 @@ async def backend(request):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=list(LAGS))
 async def lab(request, backend, tmp_path_factory):
-    coalesce, rounds = LAGS[request.param]
+    coalesce, on_emulator, on_real = LAGS[request.param]
+    rounds = on_real if backend == "real" else on_emulator
     async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=_lagging(coalesce),
                             apiserver=backend) as lab:
         for cluster in (lab["a"], lab["b"]):
@@ -84,7 +84,8 @@ async def _consumer(here, name: str, there) -> tuple[int, str, float]:
     deadline = time.monotonic() + 60
     while access is None:
         assert time.monotonic() < deadline, f"status.access of {here.name}'s {name} never showed {CAP}"
-        access = _announced(here, name)
+        # In a thread: the lab's client of a real kube-apiserver blocks, and the lab's passthroughs run here.
+        access = await asyncio.to_thread(_announced, here, name)
         if access is None:
             await asyncio.sleep(0.005)
     seen = time.monotonic()
@@ -128,9 +129,8 @@ async def test_a_consumer_starting_when_access_is_announced_is_never_refused(lab
                 c.cancel()
         answers.append(round_answers)
         await asyncio.gather(_gone(a, invite), _gone(b, join))
-    # Each consumer read the other cluster's ConfigMap at its first request, within the catch-up's bound.
+    # Each consumer read the other cluster's ConfigMap at its first request (a gateway that waited for its
+    # registry longer than its catch-up bound would have answered the refusal).
     assert [[(code, what) for code, what, _ in r] for r in answers] == [[(200, "b"), (200, "a")]] * lab.rounds, answers
-    bound = Limits().registry_catch_up
-    assert all(took < bound for r in answers for _, _, took in r), answers
     # And no side warned of anything while twenty peerings were made.
     assert warning_events(a) == [] and warning_events(b) == []

@@ -10,12 +10,13 @@ import time
 import pytest
 
 from guide_helpers import children, needs_peering, running_in, start_demo, stop, wait_gone, wait_output
+from lab.demo.harness import START_TIMEOUT
 
-pytestmark = [pytest.mark.slow, needs_peering, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, needs_peering, pytest.mark.timeout(2 * START_TIMEOUT)]
 
 
-def peering_children(pid: int, count: int, timeout: float = 30.0) -> list[int]:
-    """The demo's peering processes, once `count` of them run."""
+def peering_children(pid: int, count: int, timeout: float = START_TIMEOUT) -> list[int]:
+    """The demo's peering processes, once `count` of them run (within the lab's own start bound)."""
     deadline = time.monotonic() + timeout
     while True:
         found = [p for p, cmd in children(pid).items() if " run " in f" {cmd} " and "--ports-file" in cmd]

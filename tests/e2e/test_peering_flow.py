@@ -61,7 +61,10 @@ async def test_capability_accepted_and_effective_on_both_sides(lab):
         status = _status(cluster, name)
         assert status["grants"] == [{"capability": CAP, "namespaces": [PROJECT]}]
         peer_uuid = status["peer"]["clusterUUID"]
-        assert status["access"]["audiences"] == [{"capability": CAP, "audience": audience(peer_uuid, CAP)}]
+        # The audience follows once the registry that serves the capability is published (rules/served.py).
+        await until_equal(lambda: _status(cluster, name)["access"]["audiences"],
+                          [{"capability": CAP, "audience": audience(peer_uuid, CAP)}])
+        status = _status(cluster, name)
         assert status["access"]["endpoint"] == f"https://peering-gateway.d8-peering.svc/peers/{name}"
         # The grants follow the status (their own reconciler): wait for them, then check them.
         role = await until(lambda: cluster.api.get("rbac.authorization.k8s.io", "roles", f"d8:peering:{name}:{CAP}",
