@@ -268,9 +268,15 @@ REFUSED_URLS = {
 }
 
 
+_ROWS_OF_GROUP: dict[str, list[Row]] = {}
+for _row in POLICY:
+    if _row.verb is None:
+        _ROWS_OF_GROUP.setdefault(_row.group, []).append(_row)
+
+
 def matching(group: str, resource: str, verbs: set[str]) -> list[Row]:
     """The rows that refuse `verbs` on `resource` of `group`, most specific first (a resource row before its group)."""
-    rows = [row for row in POLICY if row.verb is None and row.matches(group, resource, verbs)]
+    rows = [row for row in _ROWS_OF_GROUP.get(group, ()) if row.matches(group, resource, verbs)]
     return sorted(rows, key=lambda row: row.resource is None)
 
 
@@ -289,7 +295,7 @@ def _depth(resource: str | None) -> int:
 def class_of(group: str, resource: str) -> tuple[classes.Class, Row | None]:
     """The class that decides `resource` of `group`, with the row that names it (None: the class alone): the most
     specific of its entry in capability_classes.CLASSIFIED and the rows naming it; `unknown` when neither does."""
-    rows = [row for row in POLICY if row.names(group, resource)]
+    rows = [row for row in _ROWS_OF_GROUP.get(group, ()) if row.names(group, resource)]
     row = max(rows, key=lambda r: _depth(r.resource), default=None)
     found = classes.entry(group, resource)
     if found is not None and (row is None or _depth(found[0]) > _depth(row.resource)):
