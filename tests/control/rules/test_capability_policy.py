@@ -1,4 +1,4 @@
-"""The capability policy (issue 14 item 5): every row of its table refused, what it leaves allowed accepted, the
+"""The capability policy: every row of its table refused, what it leaves allowed accepted, the
 nonResourceURLs shared only with get, and docs/capability-policy.md the same table as the code."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_a_refused_url_is_refused_below_it_too(url):
     refused(verdict({"nonResourceURLs": [url + "/x"], "verbs": ["get"]}), why)
 
 
-# Written by hand, apart from the table: what a reviewer of issue 14 expects, each with the words it must say.
+# Written by hand, apart from the table: what a reviewer expects, each with the words it must say.
 @pytest.mark.parametrize(
     ("the_rule", "words"),
     [
