@@ -7,6 +7,9 @@ type, so that a rule changed on one side is changed on the other.
 - `reasons`: every machine-readable reason the module answers a request with, with its HTTP code.
 - `errors`: `Refusal`, the one error that carries code, reason and message, and `InputError` for input the
   module cannot use (a connection string, a join message, a certificate, spec.invite).
+- `served`: what the clusters serve, as data: every resource of kube-apiserver (`served_kubernetes`) and every
+  CRD of Deckhouse's modules (`served_deckhouse`), with its scope and where it comes from; the capability
+  policy judges each of them by its class.
 
 It imports nothing of the gateway or the control loop; both import it.
 """

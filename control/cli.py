@@ -182,9 +182,13 @@ def parser(prog: str = "peering") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Peering module of the Deckhouse Platform")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("version", help="print the version and exit")
-    sub.add_parser("capability-policy", help="print what a PeeringCapability may not grant, and why",
-                   description="Print the capability policy (docs/capability-policy.md): the rules a "
-                               "PeeringCapability is refused for, and the nonResourceURLs it may grant.")
+    cp = sub.add_parser("capability-policy", help="print what a PeeringCapability may not grant, and why",
+                        description="Print the capability policy (docs/capability-policy.md): the classes of "
+                                    "resources and their verdicts, the resources refused with a reason of their "
+                                    "own, and the nonResourceURLs a PeeringCapability may grant.")
+    cp.add_argument("--resources", action="store_true",
+                    help="print instead the verdict on reading and on writing every resource kube-apiserver and "
+                         "Deckhouse serve, with its class and where the policy knows it from")
     _add_check(sub)
     kc = sub.add_parser("kubeconfig", help="print the kubeconfig a module's controller uses to reach a peer",
                         description="Print the kubeconfig through which a module's controller (a consumer of the "
@@ -359,9 +363,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "peering") -> int:
         print(version())
         return 0
     if args.command == "capability-policy":
-        from control.rules import capability_policy
+        from control.rules import capability_classes, capability_policy
 
-        sys.stdout.write(capability_policy.markdown_table() + "\n" + capability_policy.shared_urls_table())
+        if args.resources:
+            sys.stdout.write(capability_policy.resources_table())
+            return 0
+        sys.stdout.write(capability_classes.classes_table() + "\n" + capability_policy.markdown_table() + "\n"
+                         + capability_policy.shared_urls_table())
         return 0
     try:
         settings = settings_from(args)

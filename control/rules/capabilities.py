@@ -1,12 +1,17 @@
 """PeeringCapability validation (its Accepted condition) and scope.
 
 A capability is a set of RBAC rules that the consumers of a peer get here. It is refused when the rules could
-reach beyond themselves: wildcards, and whatever the capability policy refuses (control/rules/capability_policy.py,
-shown as a table in docs/capability-policy.md): verbs that grant or assume other identities, the objects that
-define who may do what (RBAC, webhooks, CRDs, API services, identities of user-authn), credentials (Secrets,
-ServiceAccount tokens, CSR approval, TokenReviews), shells into workloads, the module's own resources, Deckhouse's
-cluster management, writes that take over traffic, scheduling, storage or the API server's fairness, and every
-nonResourceURL but `get` on a short list that every authenticated identity may read anyway.
+reach beyond themselves: wildcards, and whatever the capability policy refuses (control/rules/capability_policy.py
+and the classes of control/rules/capability_classes.py, shown as tables in docs/capability-policy.md). The policy
+decides by the class of what a rule names: identity and RBAC, credentials, admission, the API itself, the
+module's own resources, Deckhouse's configuration, releases and machines, shells into workloads, and the writes
+that route traffic, schedule, reach other tenants' storage, change tenancy or steer monitoring; verbs that grant
+or assume other identities; a write on any cluster-scoped object; and every nonResourceURL but `get` on a short
+list that every authenticated identity may read anyway.
+
+The Accepted condition is decided from the spec and the policy's tables of what kube-apiserver and Deckhouse
+serve. Where the capability is granted (`validated_capability`), discovery also gives the scope of kinds those
+tables do not know, so that a write on an unknown cluster-scoped kind is refused there too.
 
 Workloads (pods, deployments and the like) are allowed: refusing them would refuse most useful capabilities. A
 capability that creates pods can run them as any ServiceAccount of the namespaces it applies to; opening such a
@@ -74,7 +79,7 @@ def _strings(value) -> list[str] | None:
     return value
 
 
-def _rule_problems(i: int, rule) -> list[tuple[str, str]]:
+def _rule_problems(i: int, rule, namespaced: Namespaced | None = None) -> list[tuple[str, str]]:
     where = f"rule {i + 1}"
     if not isinstance(rule, dict):
         return [(INVALID_RULE, f"{where} is not an object")]
@@ -106,12 +111,15 @@ def _rule_problems(i: int, rule) -> list[tuple[str, str]]:
     unknown = sorted(set(verbs) - allowed - ESCALATING_VERBS)
     if unknown and not any("*" in v for v in unknown):
         out.append((INVALID_RULE, f"{where} has unknown verbs {', '.join(unknown)}; use {', '.join(sorted(allowed))}"))
-    out.extend((PRIVILEGE_ESCALATION, text) for text in _policy_problems(where, groups, resources, urls, verbs))
+    out.extend((PRIVILEGE_ESCALATION, text)
+               for text in _policy_problems(where, groups, resources, urls, verbs, namespaced))
     return out
 
 
-def _policy_problems(where: str, groups: list[str], resources: list[str], urls: list[str], verbs: list[str]):
-    """The rule's refusals by the capability policy (control/rules/capability_policy.py), one per row it hits."""
+def _policy_problems(where: str, groups: list[str], resources: list[str], urls: list[str], verbs: list[str],
+                     namespaced: Namespaced | None = None):
+    """The rule's refusals by the capability policy (control/rules/capability_policy.py): one per row it hits,
+    and one per class that refuses it apart from those rows, naming the resources it refuses them for."""
     verb_set = set(verbs)
     for row in policy.POLICY:
         if row.verb is not None and row.verb in verb_set:
@@ -125,16 +133,24 @@ def _policy_problems(where: str, groups: list[str], resources: list[str], urls: 
                 if refusal:
                     yield f"{where} {refusal}"
         return
+    by_class: dict[tuple[str, str], list[str]] = {}
     seen: set[policy.Row] = set()
     for g in groups:
         for r in resources:
-            for row in policy.matching(g, r.lower(), verb_set):
-                if row in seen:
-                    continue
-                seen.add(row)
-                action = "writes" if row.verbs == policy.WRITES else "names"
-                what = f"the API group {g}" if row.resource is None else _gr(g, r)
-                yield f"{where} {action} {what}: {row.why} ({row.mechanism}); instead, {row.instead}"
+            for refusal in policy.refusals(g, r.lower(), verb_set, namespaced):
+                row = refusal.row
+                if row is None:
+                    by_class.setdefault((refusal.cls.name, g), []).append(_gr(g, r))
+                elif row not in seen:
+                    seen.add(row)
+                    action = "writes" if row.verbs == policy.WRITES else "names"
+                    what = f"the API group {g}" if row.resource is None else _gr(g, r)
+                    yield (f"{where} {action} {what} (class {row.cls}): {row.why} ({row.mechanism}); "
+                           f"instead, {row.instead}")
+    for (name, _), whats in by_class.items():
+        cls = policy.classes.CLASSES[name]
+        action = "writes" if cls.refuses == policy.WRITES else "names"
+        yield f"{where} {action} {', '.join(whats)} (class {name}): {cls.why}; instead, {cls.instead}"
 
 
 def _gr(group: str, resource: str) -> str:
@@ -159,8 +175,10 @@ def _consumer_problems(consumers) -> list[tuple[str, str]]:
     return out
 
 
-def validate(spec: dict | None) -> Verdict:
-    """The Accepted condition for a PeeringCapability's spec."""
+def validate(spec: dict | None, namespaced: Namespaced | None = None) -> Verdict:
+    """The Accepted condition for a PeeringCapability's spec. `namespaced` (discovery) gives the scope of kinds the
+    policy's tables do not know, so that a write on one that is cluster-scoped is refused; without it such a kind
+    counts as namespaced, which is what split_rules makes of it too (a Role)."""
     spec = spec if isinstance(spec, dict) else {}
     problems: list[tuple[str, str]] = []
     version = spec.get("version")
@@ -173,7 +191,7 @@ def validate(spec: dict | None) -> Verdict:
         problems.append((INVALID_RULE, "spec.rules must be a list"))
     else:
         for i, rule in enumerate(rules):
-            problems.extend(_rule_problems(i, rule))
+            problems.extend(_rule_problems(i, rule, namespaced))
     consumers = spec.get("consumers")
     if not consumers:
         problems.append((NO_CONSUMERS, "spec.consumers is empty; name the ServiceAccounts that use the capability"))
@@ -259,7 +277,7 @@ def _thaw(rule: tuple) -> dict:
 def validated_capability(obj: dict, namespaced: Namespaced) -> ValidatedCapability:
     """A ValidatedCapability from a PeeringCapability object as the API returns it."""
     spec = obj.get("spec") or {}
-    verdict = validate(spec)
+    verdict = validate(spec, namespaced)
     split = split_rules(spec.get("rules") or [], namespaced) if verdict.accepted else {}
     consumers = tuple(
         sorted(

@@ -65,7 +65,9 @@ def effective_capabilities(
         if mine is None:
             why[name] = "no PeeringCapability of this name exists here; check the name in spec.capabilities"
         elif not mine.accepted:
-            why[name] = f"the PeeringCapability is not accepted here ({mine.verdict.reason})"
+            # The verdict's own words: where it is granted, discovery can refuse what the Accepted condition,
+            # decided without it, did not (a write on a cluster-scoped kind the policy does not know).
+            why[name] = f"the PeeringCapability is not accepted here ({mine.verdict.reason}: {mine.verdict.message})"
         elif peer is None:
             why[name] = "the peer's offer has not arrived yet"
         elif theirs is None:

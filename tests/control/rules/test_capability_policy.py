@@ -1,4 +1,4 @@
-"""The capability policy (issue 14 item 5): every row of its table refused, what it leaves allowed accepted, the
+"""The capability policy: every row of its table refused, what it leaves allowed accepted, the
 nonResourceURLs shared only with get, and docs/capability-policy.md the same table as the code."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_a_refused_url_is_refused_below_it_too(url):
     refused(verdict({"nonResourceURLs": [url + "/x"], "verbs": ["get"]}), why)
 
 
-# Written by hand, apart from the table: what a reviewer of issue 14 expects, each with the words it must say.
+# Written by hand, apart from the table: what a reviewer expects, each with the words it must say.
 @pytest.mark.parametrize(
     ("the_rule", "words"),
     [
@@ -156,11 +156,13 @@ def test_a_rule_hitting_several_rows_names_each_once():
     assert v.message.count("CVE-2020-8554") == 1
 
 
-def test_the_page_shows_the_policy_table_and_the_shared_urls_as_the_code_has_them():
+def test_the_page_shows_the_classes_the_policy_table_and_the_shared_urls_as_the_code_has_them():
+    assert policy.classes.classes_table() in PAGE, "docs/capability-policy.md: paste `peering capability-policy`"
     assert policy.markdown_table() in PAGE, "docs/capability-policy.md: paste `peering capability-policy`"
     assert policy.shared_urls_table() in PAGE
-    rows = [line for line in PAGE.splitlines() if line.startswith("| ") and not line.startswith("| kind")]
-    assert len(rows) == len(policy.POLICY) + len(policy.REFUSED_URLS) + 2 + 1 + len(policy.SHARED_URLS)
+    rows = [line for line in PAGE.splitlines() if line.startswith("| ") and not line.startswith(("| kind", "| class"))]
+    assert len(rows) == (len(policy.classes.CLASSES) + len(policy.POLICY) + len(policy.REFUSED_URLS) + 2 + 1
+                         + len(policy.SHARED_URLS))
     for group in ("deckhouse.io", "discovery.k8s.io", "storage.k8s.io", "flowcontrol.apiserver.k8s.io"):
         assert f"`{group}`" in PAGE
 
@@ -183,4 +185,5 @@ def test_peering_capability_policy_prints_the_tables(capsys):
     from control import cli
 
     assert cli.main(["capability-policy"]) == 0
-    assert capsys.readouterr().out == policy.markdown_table() + "\n" + policy.shared_urls_table()
+    assert capsys.readouterr().out == (policy.classes.classes_table() + "\n" + policy.markdown_table() + "\n"
+                                       + policy.shared_urls_table())
