@@ -161,16 +161,30 @@ def apiserver_backends(apiservers: tuple[str, ...] = APISERVERS) -> list:
     return [pytest.param(name, id=name, marks=getattr(pytest.mark, name)) for name in apiservers]
 
 
-def real_binaries_or_skip():
-    """The real backend's binaries; without them a loud skip (`REAL KUBE-APISERVER BACKEND NOT TESTED: why`),
-    or a failure when PEERING_REQUIRE_REAL_APISERVER=1 (CI)."""
+def _built_or_skip(require, not_tested: str):
     import pytest
 
     from lab.real import build as builder
 
     try:
-        return builder.require_built()
+        return require()
     except builder.BuildError as e:
         if builder.required():
-            pytest.fail(f"{builder.REQUIRE_ENV} is set, so the real backend must run: {e}", pytrace=False)
-        pytest.skip(f"REAL KUBE-APISERVER BACKEND NOT TESTED: {e}")
+            pytest.fail(f"{builder.REQUIRE_ENV} is set, so the real components must run: {e}", pytrace=False)
+        pytest.skip(f"{not_tested}: {e}")
+
+
+def real_binaries_or_skip():
+    """The real backend's binaries; without them a loud skip (`REAL KUBE-APISERVER BACKEND NOT TESTED: why`),
+    or a failure when PEERING_REQUIRE_REAL_APISERVER=1 (CI)."""
+    from lab.real import build as builder
+
+    return _built_or_skip(builder.require_built, "REAL KUBE-APISERVER BACKEND NOT TESTED")
+
+
+def upstream_dex_or_skip():
+    """The built upstream `dex` binary; without it a loud skip (`UPSTREAM DEX NOT TESTED: why`), or a failure
+    when PEERING_REQUIRE_REAL_APISERVER=1 (CI)."""
+    from lab.real import build as builder
+
+    return _built_or_skip(builder.require_dex, "UPSTREAM DEX NOT TESTED")

@@ -14,7 +14,7 @@ says whether that worked:
 | DiscoveryFailed | jwks is empty and `<issuer>/.well-known/openid-configuration` or its `jwks_uri` could not be read or gave no JWK Set |
 | ApplyError | Dex could not be configured |
 
-The connector names the exchanged identity (lab/dex.py has the rules): email = usernamePrefix + the subject
+The connector names the exchanged identity (lab/dex_connector.py has the rules): email = usernamePrefix + the subject
 token's `sub`, email_verified = true, name = usernamePrefix + `sub`, preferred_username = `sub`, no groups.
 Dex puts them into the exchanged token only for the scopes asked (`email`, `profile`, `groups`).
 

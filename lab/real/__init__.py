@@ -1,4 +1,5 @@
-"""The lab's real backend: etcd, kube-apiserver and kube-controller-manager built from their Go modules.
+"""The lab's real backend: etcd, kube-apiserver and kube-controller-manager built from their Go modules; and
+upstream Dex, built the same way, which the lab's Dex is held to (`upstream_dex.py` runs it).
 
 `build.py` builds the pinned binaries into a cache outside the work tree (`python -m lab.real build`);
 `config.py` says how a Deckhouse control plane is configured where it matters to the module; `runner.py` runs

@@ -1,10 +1,12 @@
-"""Build the real control plane's binaries (etcd, kube-apiserver, kube-controller-manager) from their Go modules.
+"""Build the real components the lab is held to from their Go modules: the control plane (etcd, kube-apiserver,
+kube-controller-manager) and upstream Dex.
 
-The versions are those of the two pinned Go modules next to this file (`gomod/kube`, `gomod/etcd`): their
-go.mod names them and their go.sum fixes every byte. The binaries land in a cache outside the work tree:
+The versions are those of the pinned Go modules next to this file (`gomod/kube`, `gomod/etcd`, `gomod/dex`):
+their go.mod names them and their go.sum fixes every byte. The binaries land in a cache outside the work tree:
 
     ${PEERING_LAB_CACHE:-~/.cache/deckhouse-peering}/kube/<k8s version>/{kube-apiserver,kube-controller-manager}
     ${PEERING_LAB_CACHE:-~/.cache/deckhouse-peering}/etcd/<etcd version>/etcd
+    ${PEERING_LAB_CACHE:-~/.cache/deckhouse-peering}/dex/<Dex release>/dex
 
 with a `stamp.json` beside them recording the hash of go.mod and go.sum, the Go version and the build flags; a
 build whose stamp matches is reused. Go's module and build caches live under the same root (`gomodcache/`,
@@ -54,15 +56,22 @@ class BuildError(Exception):
 class Component:
     """One pinned Go module and the commands it builds."""
 
-    name: str                 # cache directory: kube or etcd
+    name: str                 # cache directory: kube, etcd or dex
     module_dir: pathlib.Path  # our go.mod + go.sum
     main_module: str          # the module whose version keys the cache
     commands: tuple[tuple[str, str], ...]  # (binary name, package path)
     # Variables the release scripts set at link time (`-X pkg.var=value`), from the version.
     link_vars: Callable[[str], dict[str, str]] = lambda version: {}
+    # The release a module version is (a pseudo-version names a commit, not the tag on it); keys the cache.
+    release_of: Callable[[str], str] = lambda version: version
+    # Built with cgo (and so a C compiler); the others are static, CGO_ENABLED=0.
+    cgo: bool = False
 
     def version(self) -> str:
         return module_version(self.module_dir / "go.mod", self.main_module)
+
+    def release(self) -> str:
+        return self.release_of(self.version())
 
     def source_hash(self) -> str:
         h = hashlib.sha256()
@@ -90,7 +99,28 @@ KUBE = Component("kube", GOMOD / "kube", "k8s.io/kubernetes", (
 ETCD = Component("etcd", GOMOD / "etcd", "go.etcd.io/etcd/server/v3", (
     ("etcd", "go.etcd.io/etcd/server/v3"),
 ))
-COMPONENTS = (ETCD, KUBE)
+
+# The module proxy refuses Dex's v2 tags (its module path has no /v2), so gomod/dex requires a commit by its
+# pseudo-version; this says which release that commit is tagged. Pin another commit: add its release here.
+DEX_RELEASES = {"v0.0.0-20240807174518-43956db7fd75": "v2.41.1"}
+
+
+def _dex_release(version: str) -> str:
+    try:
+        return DEX_RELEASES[version]
+    except KeyError:
+        raise BuildError(f"gomod/dex requires github.com/dexidp/dex {version}, which DEX_RELEASES in "
+                         f"{pathlib.Path(__file__).name} does not name: add the release tag of that commit") from None
+
+
+# Dex's command does not compile without cgo: it names its sqlite3 storage, which exists only with cgo (Dex's own
+# release builds use it too). Linked against the C library of the machine that builds it, where it then runs.
+DEX = Component("dex", GOMOD / "dex", "github.com/dexidp/dex", (
+    ("dex", "github.com/dexidp/dex/cmd/dex"),
+), lambda version: {"main.version": _dex_release(version)}, _dex_release, cgo=True)
+# What the real kube-apiserver backend runs, and everything `build` builds.
+CONTROL_PLANE = (ETCD, KUBE)
+COMPONENTS = (ETCD, KUBE, DEX)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +160,7 @@ def cache_root() -> pathlib.Path:
 
 
 def component_dir(component: Component, root: pathlib.Path | None = None) -> pathlib.Path:
-    return (root or cache_root()) / component.name / component.version()
+    return (root or cache_root()) / component.name / component.release()
 
 
 def binaries(root: pathlib.Path | None = None) -> Binaries:
@@ -195,7 +225,20 @@ def _quote(text: str, lines: int = 15) -> str:
 
 def _stamp(component: Component, go_ver: str) -> dict:
     return {"recipe": RECIPE, "version": component.version(), "sources": component.source_hash(), "go": go_ver,
-            "flags": _go_build_flags(component), "binaries": [b for b, _ in component.commands]}
+            "flags": _go_build_flags(component), "cgo": component.cgo,
+            "binaries": [b for b, _ in component.commands]}
+
+
+def _component_env(component: Component, env: dict[str, str]) -> dict[str, str]:
+    """`env` for building `component`: with cgo on for those that need it, once a C compiler is found."""
+    if not component.cgo:
+        return env
+    cc = env.get("CC") or "gcc"
+    if shutil.which(cc) is None and shutil.which("cc") is None:
+        raise BuildError(f"{label(component)} is built with cgo (its command does not compile without it) and "
+                         f"there is no C compiler ({cc} or cc) on PATH: install one (Debian: apt-get install gcc) "
+                         f"and run `python -m lab.real build` again")
+    return dict(env, CGO_ENABLED="1")
 
 
 def _go_build_flags(component: Component) -> list[str]:
@@ -214,8 +257,8 @@ def _is_current(component: Component, target: pathlib.Path) -> bool:
             and all(os.access(target / b, os.X_OK) for b, _ in component.commands))
 
 
-def is_built(root: pathlib.Path | None = None) -> bool:
-    return all(_is_current(c, component_dir(c, root)) for c in COMPONENTS)
+def is_built(root: pathlib.Path | None = None, components: tuple[Component, ...] = CONTROL_PLANE) -> bool:
+    return all(_is_current(c, component_dir(c, root)) for c in components)
 
 
 @contextlib.contextmanager
@@ -262,7 +305,8 @@ def _run_go(argv: list[str], cwd: pathlib.Path, env: dict[str, str], label: str,
         done.set()
         t.join()
     if rc != 0:
-        output = "\n".join(lines)
+        # `go build -v` names each package it compiles, one bare path a line: the quote keeps go's own words.
+        output = "\n".join(ln for ln in lines if not (count_lines and _PACKAGE_LINE.fullmatch(ln)))
         hint = ""
         if re.search(r"dial tcp|lookup .* no such host|i/o timeout|connection refused|403 Forbidden|"
                      r"proxyconnect|TLS handshake|unrecognized import path", output):
@@ -271,6 +315,9 @@ def _run_go(argv: list[str], cwd: pathlib.Path, env: dict[str, str], label: str,
         raise BuildError(f"{label} failed after {_elapsed(start)} (`{' '.join(argv[:3])} ...` in {cwd}); "
                          f"the go command said:{_quote(output)}{hint}")
     say(f"  {label}: done in {_elapsed(start)}")
+
+
+_PACKAGE_LINE = re.compile(r"[\w.\-~/]+")
 
 
 def _elapsed(start: float) -> str:
@@ -282,9 +329,10 @@ def _build_component(component: Component, root: pathlib.Path, go: str, env: dic
                      say: Callable[[str], None], parallel: int | None) -> None:
     target = component_dir(component, root)
     if _is_current(component, target):
-        say(f"{component.name} {component.version()}: up to date in {target}")
+        say(f"{label(component)}: up to date in {target}")
         return
-    say(f"{component.name} {component.version()}: building into {target}")
+    env = _component_env(component, env)
+    say(f"{label(component)}: building into {target}")
     _run_go([go, "mod", "download"], component.module_dir, env, f"downloading the modules of {component.name}", say)
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -299,37 +347,73 @@ def _build_component(component: Component, root: pathlib.Path, go: str, env: dic
     staging.rename(target)
 
 
+def label(component: Component) -> str:
+    """`etcd v3.6.16`; `dex v2.41.1 (github.com/dexidp/dex v0.0.0-...)` when the module version is not the release."""
+    version, release = component.version(), component.release()
+    return f"{component.name} {release}" + (f" ({component.main_module} {version})" if version != release else "")
+
+
+def by_name(names: list[str]) -> tuple[Component, ...]:
+    """The components called `names` (all of them for none), in build order; ValueError naming the known ones."""
+    known = {c.name: c for c in COMPONENTS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"no component {', '.join(map(repr, unknown))}: choose from {', '.join(known)}")
+    return tuple(c for c in COMPONENTS if not names or c.name in names)
+
+
 def build(*, root: pathlib.Path | None = None, say: Callable[[str], None] | None = None,
-          parallel: int | None = None) -> Binaries:
-    """Build whatever is not current in the cache and return the binaries; raises BuildError saying what is missing.
+          parallel: int | None = None, components: tuple[Component, ...] = COMPONENTS) -> Binaries:
+    """Build whatever of `components` is not current in the cache and return the control plane's binaries (their
+    paths: with `components` leaving it out, nothing says they are built); raises BuildError saying what is
+    missing. One component that fails does not keep the others from being built; the error names each failure.
 
     `parallel` limits how many packages go compiles at once (`go build -p`), for a machine short of memory.
     """
     root = root or cache_root()
     say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    if is_built(root):
+    if is_built(root, components):
         return binaries(root)
     go = find_go()
     env = go_env(root)
     go_ver = go_version(go, env)
     start = time.monotonic()
+    failed: list[str] = []
     with _build_lock(root, say):
-        for component in COMPONENTS:
-            _build_component(component, root, go, env, go_ver, say, parallel)
-    say(f"all binaries built with {go_ver} in {_elapsed(start)} (cache: {root})")
+        for component in components:
+            try:
+                _build_component(component, root, go, env, go_ver, say, parallel)
+            except BuildError as e:
+                say(f"{label(component)}: NOT BUILT")
+                failed.append(str(e))
+    if failed:
+        raise BuildError("\n".join(failed))
+    say(f"{', '.join(c.name for c in components)} built with {go_ver} in {_elapsed(start)} (cache: {root})")
     return binaries(root)
+
+
+def _not_built(what: str, components: tuple[Component, ...], root: pathlib.Path | None) -> BuildError:
+    missing = [f"{c.name} {c.release()}" for c in components if not _is_current(c, component_dir(c, root))]
+    return BuildError(f"{what} not built ({', '.join(missing)} missing or out of date in {root or cache_root()}): run "
+                      f"`python -m lab.real build` (the first build takes a while, see lab/README.md)")
 
 
 def require_built(root: pathlib.Path | None = None) -> Binaries:
-    """The binaries if the cache holds current ones; otherwise BuildError naming the command that builds them."""
+    """The control plane's binaries if the cache holds current ones; otherwise BuildError naming the command that
+    builds them."""
     if not is_built(root):
-        missing = [c.name + " " + c.version() for c in COMPONENTS if not _is_current(c, component_dir(c, root))]
-        raise BuildError(f"the real control plane's binaries are not built ({', '.join(missing)} missing or out of "
-                         f"date in {root or cache_root()}): run `python -m lab.real build` (the first build takes "
-                         f"a while, see lab/README.md)")
+        raise _not_built("the real control plane's binaries are", CONTROL_PLANE, root)
     return binaries(root)
 
 
+def require_dex(root: pathlib.Path | None = None) -> pathlib.Path:
+    """The built upstream `dex` binary; otherwise BuildError naming the command that builds it."""
+    if not is_built(root, (DEX,)):
+        raise _not_built("upstream Dex is", (DEX,), root)
+    return component_dir(DEX, root) / "dex"
+
+
 def required() -> bool:
-    """True when a missing real backend must fail (CI) rather than be skipped."""
+    """True when a missing real component (the kube-apiserver backend, upstream Dex) must fail (CI) rather than
+    be skipped."""
     return os.environ.get(REQUIRE_ENV, "") not in ("", "0", "false", "no")

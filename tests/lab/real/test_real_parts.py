@@ -255,11 +255,14 @@ def test_an_unreachable_module_proxy_is_quoted(tmp_path, monkeypatch):
     assert "the go command said:" in msg and "connection refused" in msg
     assert "The Go module proxy could not be reached" in msg
     assert said[0].startswith("etcd v3.6.")
+    # One component's failure does not keep the others from being tried: each is named.
+    assert "downloading the modules of kube failed" in msg and "downloading the modules of dex failed" in msg
+    assert "dex v2.41.1 (github.com/dexidp/dex v0.0.0-20240807174518-43956db7fd75): NOT BUILT" in said
 
 
 @pytest.mark.parametrize("require, code, banner", [
-    ("", 0, "SKIPPING THE REAL KUBE-APISERVER BACKEND"),
-    ("1", 1, "THE REAL KUBE-APISERVER CANNOT BE BUILT, and PEERING_REQUIRE_REAL_APISERVER is set"),
+    ("", 0, "SKIPPING THE REAL KUBE-APISERVER BACKEND OR UPSTREAM DEX, whichever is not built"),
+    ("1", 1, "THE REAL COMPONENTS (etcd, kube, dex) CANNOT BE BUILT, and PEERING_REQUIRE_REAL_APISERVER is set"),
 ])
 def test_an_optional_build_skips_loudly_unless_required(monkeypatch, tmp_path, capsys, require, code, banner):
     from lab.real.__main__ import main
@@ -281,7 +284,85 @@ def test_paths_says_what_is_missing(monkeypatch, tmp_path, capsys):
 
     monkeypatch.setenv(builder.CACHE_ENV, str(tmp_path))
     assert main(["paths"]) == 1
-    assert "run `python -m lab.real build`" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {}
+    assert "run `python -m lab.real build`" in err
+    assert err.count("\n") == 2 and "REAL KUBE-APISERVER BACKEND NOT TESTED: " in err
+    assert ("UPSTREAM DEX NOT TESTED (the differential test of the lab's Dex): upstream Dex is not built "
+            "(dex v2.41.1") in err
+    # Dex built, the control plane not: the paths of what is there, and one line for what is not.
+    _fake_build(builder.DEX, tmp_path)
+    assert main(["paths"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"dex": str(tmp_path / "dex" / "v2.41.1" / "dex"), "dex_version": "v2.41.1"}
+    assert "UPSTREAM DEX" not in err and "REAL KUBE-APISERVER BACKEND NOT TESTED" in err
+
+
+def _fake_build(component, root):
+    target = builder.component_dir(component, root)
+    target.mkdir(parents=True)
+    for binary, _ in component.commands:
+        (target / binary).write_text("#!/bin/sh\n")
+        (target / binary).chmod(0o755)
+    (target / "stamp.json").write_text(json.dumps(builder._stamp(component, "go1.26.8")))
+
+
+def test_upstream_dex_is_pinned_by_the_commit_of_its_release():
+    assert builder.DEX.version() == "v0.0.0-20240807174518-43956db7fd75"
+    assert builder.DEX.release() == "v2.41.1"
+    mod = (builder.DEX.module_dir / "go.mod").read_text()
+    # Dex's own go.mod points its API module at ./api/v2; ours takes the first published one its server compiles with.
+    assert "github.com/dexidp/dex/api/v2 v2.2.0" in mod and "=>" not in mod
+    assert builder.component_dir(builder.DEX, pathlib.Path("/c")) == pathlib.Path("/c/dex/v2.41.1")
+    flags = builder._go_build_flags(builder.DEX)
+    assert flags == ["-trimpath", "-ldflags=-s -w -X=main.version=v2.41.1"]
+    assert builder.DEX.cgo and not builder.KUBE.cgo and not builder.ETCD.cgo
+    # The kube backend does not need Dex, nor Dex the kube backend.
+    assert builder.DEX not in builder.CONTROL_PLANE
+
+
+def test_an_unknown_dex_pin_says_what_to_add(monkeypatch):
+    monkeypatch.setattr(builder, "DEX_RELEASES", {})
+    with pytest.raises(builder.BuildError, match=r"DEX_RELEASES in build\.py does not name.*add the release tag"):
+        builder.DEX.release()
+
+
+def test_missing_dex_names_the_command_that_builds_it(tmp_path):
+    with pytest.raises(builder.BuildError, match=r"upstream Dex is not built \(dex v2\.41\.1 missing.*"
+                                                 r"run `python -m lab\.real build`"):
+        builder.require_dex(tmp_path)
+    _fake_build(builder.DEX, tmp_path)
+    assert builder.require_dex(tmp_path) == tmp_path / "dex" / "v2.41.1" / "dex"
+
+
+def test_dex_needs_a_c_compiler_and_says_so(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(builder.BuildError, match=r"dex v2\.41\.1 .* is built with cgo .* no C compiler \(gcc or cc\)"
+                                                 r" on PATH: install one \(Debian: apt-get install gcc\)"):
+        builder._component_env(builder.DEX, {})
+    env = {"CGO_ENABLED": "0"}
+    assert builder._component_env(builder.ETCD, env) is env
+
+
+def test_build_takes_the_components_by_name(capsys):
+    from lab.real.__main__ import main
+
+    assert builder.by_name([]) == builder.COMPONENTS
+    assert builder.by_name(["dex", "etcd"]) == (builder.ETCD, builder.DEX)
+    with pytest.raises(SystemExit) as e:
+        main(["build", "apiserver"])
+    assert e.value.code == 2
+    assert "no component 'apiserver': choose from etcd, kube, dex" in capsys.readouterr().err
+
+
+def test_a_failed_go_build_quotes_go_and_not_its_package_list(tmp_path):
+    script = ("echo k8s.io/api/core/v1; echo '# example.com/x'; echo 'x.go:3:7: undefined: y'; "
+              "echo golang.org/x/net; exit 1")
+    with pytest.raises(builder.BuildError) as e:
+        builder._run_go(["sh", "-c", script], tmp_path, dict(os.environ), "building x", lambda m: None,
+                        count_lines=True)
+    said = str(e.value).partition("the go command said:")[2]
+    assert said.split() == ["#", "example.com/x", "x.go:3:7:", "undefined:", "y"]
 
 
 def test_a_control_plane_refuses_bad_names_and_maps_before_starting(tmp_path):
@@ -291,3 +372,16 @@ def test_a_control_plane_refuses_bad_names_and_maps_before_starting(tmp_path):
         RealControlPlane("A_b", tmp_path)
     with pytest.raises(ValueError, match=r"resolve\['dex.a.lab'\] = '10.0.0.1:443': give .* 127.0.0.1:PORT"):
         RealControlPlane("a", tmp_path, resolve={"dex.a.lab": "10.0.0.1:443"})
+
+
+def test_the_dex_runner_sets_where_dex_listens_itself(tmp_path):
+    from lab.real.upstream_dex import UpstreamDex
+
+    with pytest.raises(ValueError, match="config sets storage, web: UpstreamDex sets those itself"):
+        UpstreamDex(tmp_path, "https://dex.t.lab/", serving=None, ca_pem=b"", config={"storage": {}, "web": {}})
+    dex = UpstreamDex(tmp_path, "https://dex.t.lab/dex/", serving=None, ca_pem=b"", config={})
+    dex.port = 5556
+    assert dex._ready_url() == "https://127.0.0.1:5556/dex/.well-known/openid-configuration"
+    rendered = dex._render()
+    assert rendered["storage"] == {"type": "memory"} and rendered["web"]["https"] == "127.0.0.1:5556"
+    assert "http" not in rendered["web"]
