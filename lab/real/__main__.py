@@ -1,9 +1,11 @@
-"""`python -m lab.real build|paths`: the real control plane's binaries.
+"""`python -m lab.real build|paths`: the real control plane's binaries, and the chart tests' promtool.
 
-    python -m lab.real build              build etcd, kube-apiserver and kube-controller-manager into the cache
+    python -m lab.real build              build etcd, kube-apiserver, kube-controller-manager and promtool into
+                                          the cache
     python -m lab.real build --optional   the same, but when they cannot be built say why loudly and exit 0
                                           (exit 1 anyway when PEERING_REQUIRE_REAL_APISERVER=1): what `make test` runs
-    python -m lab.real paths              print the binaries' paths as JSON (exit 1 when not built)
+    python -m lab.real paths              print the binaries' paths as JSON (exit 1 when not built); `promtool`
+                                          is there once it is built
 
 `-p N` limits how many packages go compiles at once (for a machine short of memory).
 """
@@ -39,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
         except builder.BuildError as e:
             print(e, file=sys.stderr)
             return 1
-        print(json.dumps({k: str(v) for k, v in dataclasses.asdict(bins).items()}, indent=2))
+        paths = {k: str(v) for k, v in dataclasses.asdict(bins).items()}
+        try:
+            paths["promtool"] = str(builder.promtool())
+        except builder.BuildError as e:
+            print(e, file=sys.stderr)
+        print(json.dumps(paths, indent=2))
         return 0
 
     if args.p is not None and args.p < 1:
@@ -56,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         _loud(f"SKIPPING THE REAL KUBE-APISERVER BACKEND: its tests will be skipped.\n{e}")
         return 0
     print(f"kube-apiserver {bins.kube_version}, kube-controller-manager {bins.kube_version}, etcd "
-          f"{bins.etcd_version}: {bins.kube_apiserver.parent} and {bins.etcd.parent}", file=sys.stderr)
+          f"{bins.etcd_version}: {bins.kube_apiserver.parent} and {bins.etcd.parent}; promtool "
+          f"{builder.PROMTOOL.version()}: {builder.promtool().parent}", file=sys.stderr)
     return 0
 
 

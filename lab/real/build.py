@@ -1,10 +1,12 @@
-"""Build the real control plane's binaries (etcd, kube-apiserver, kube-controller-manager) from their Go modules.
+"""Build the real control plane's binaries (etcd, kube-apiserver, kube-controller-manager) and the chart tests'
+promtool from their Go modules.
 
-The versions are those of the two pinned Go modules next to this file (`gomod/kube`, `gomod/etcd`): their
-go.mod names them and their go.sum fixes every byte. The binaries land in a cache outside the work tree:
+The versions are those of the pinned Go modules next to this file (`gomod/kube`, `gomod/etcd`, `gomod/promtool`):
+their go.mod names them and their go.sum fixes every byte. The binaries land in a cache outside the work tree:
 
     ${PEERING_LAB_CACHE:-~/.cache/deckhouse-peering}/kube/<k8s version>/{kube-apiserver,kube-controller-manager}
     ${PEERING_LAB_CACHE:-~/.cache/deckhouse-peering}/etcd/<etcd version>/etcd
+    ${PEERING_LAB_CACHE:-~/.cache/deckhouse-peering}/promtool/<prometheus module version>/promtool
 
 with a `stamp.json` beside them recording the hash of go.mod and go.sum, the Go version and the build flags; a
 build whose stamp matches is reused. Go's module and build caches live under the same root (`gomodcache/`,
@@ -90,7 +92,26 @@ KUBE = Component("kube", GOMOD / "kube", "k8s.io/kubernetes", (
 ETCD = Component("etcd", GOMOD / "etcd", "go.etcd.io/etcd/server/v3", (
     ("etcd", "go.etcd.io/etcd/server/v3"),
 ))
+
+def _prometheus_version_vars(version: str) -> dict[str, str]:
+    """What Prometheus's release build sets, so that `promtool --version` names the release: module v0.309.1 is
+    Prometheus 3.9.1."""
+    m = re.match(r"v0\.(\d+?)(\d{2})\.(\d+)$", version)
+    if not m:
+        raise BuildError(f"github.com/prometheus/prometheus version {version!r} is not v0.<major><minor>.<patch>")
+    release = f"{int(m.group(1))}.{int(m.group(2))}.{m.group(3)}"
+    return {f"github.com/prometheus/common/version.{k}": v
+            for k, v in {"Version": release, "Branch": "HEAD", "BuildUser": "deckhouse-peering",
+                         "BuildDate": _module_time("github.com/prometheus/prometheus", version)}.items()}
+
+
+# promtool checks the module's PrometheusRules and parses its dashboard queries (tests/chart/promtool.py).
+PROMTOOL = Component("promtool", GOMOD / "promtool", "github.com/prometheus/prometheus", (
+    ("promtool", "github.com/prometheus/prometheus/cmd/promtool"),
+), _prometheus_version_vars)
+# The control plane, which require_built() and `paths` report; every build also builds the tools.
 COMPONENTS = (ETCD, KUBE)
+TOOLS = (PROMTOOL,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,8 +235,8 @@ def _is_current(component: Component, target: pathlib.Path) -> bool:
             and all(os.access(target / b, os.X_OK) for b, _ in component.commands))
 
 
-def is_built(root: pathlib.Path | None = None) -> bool:
-    return all(_is_current(c, component_dir(c, root)) for c in COMPONENTS)
+def is_built(root: pathlib.Path | None = None, components: tuple[Component, ...] = COMPONENTS) -> bool:
+    return all(_is_current(c, component_dir(c, root)) for c in components)
 
 
 @contextlib.contextmanager
@@ -307,14 +328,14 @@ def build(*, root: pathlib.Path | None = None, say: Callable[[str], None] | None
     """
     root = root or cache_root()
     say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    if is_built(root):
+    if is_built(root, COMPONENTS + TOOLS):
         return binaries(root)
     go = find_go()
     env = go_env(root)
     go_ver = go_version(go, env)
     start = time.monotonic()
     with _build_lock(root, say):
-        for component in COMPONENTS:
+        for component in COMPONENTS + TOOLS:
             _build_component(component, root, go, env, go_ver, say, parallel)
     say(f"all binaries built with {go_ver} in {_elapsed(start)} (cache: {root})")
     return binaries(root)
@@ -328,6 +349,15 @@ def require_built(root: pathlib.Path | None = None) -> Binaries:
                          f"date in {root or cache_root()}): run `python -m lab.real build` (the first build takes "
                          f"a while, see lab/README.md)")
     return binaries(root)
+
+
+def promtool(root: pathlib.Path | None = None) -> pathlib.Path:
+    """The built promtool; BuildError naming the command that builds it when the cache has no current one."""
+    target = component_dir(PROMTOOL, root)
+    if not _is_current(PROMTOOL, target):
+        raise BuildError(f"promtool {PROMTOOL.version()} is not built (missing or out of date in {target}): run "
+                         f"`python -m lab.real build`")
+    return target / "promtool"
 
 
 def required() -> bool:
