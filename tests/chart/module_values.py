@@ -11,7 +11,8 @@ UUID = "0b7c3e1a-5f2d-4c8e-9a61-2d4f8b3e7c10"
 CERT_MANAGER = {"mode": "CertManager", "certManager": {"clusterIssuerName": "company-ca"}}
 CUSTOM_CERTIFICATE = {"mode": "CustomCertificate", "customCertificate": {"secretName": "example-com-tls"}}
 CERT_DATA = {"tls.crt": "Y2VydA==", "tls.key": "a2V5"}
-OPTIONAL = ("operator-prometheus", "prometheus", "vertical-pod-autoscaler")
+# The monitoring modules as Deckhouse enables them: the CRDs' modules beside the operator's and Prometheus's.
+OPTIONAL = ("operator-prometheus", "operator-prometheus-crd", "prometheus", "prometheus-crd", "vertical-pod-autoscaler")
 BASE_MODULES = ("user-authn", "cert-manager")
 
 
@@ -25,6 +26,23 @@ def values(settings: dict | None = None, *, internal: dict | None = None, **glob
     if internal is None and "CustomCertificate" in (https.get("mode"), module_https.get("mode")):
         internal = {"customCertificateData": dict(CERT_DATA)}
     return deckhouse_module.module_values(copy.deepcopy(settings or {}), internal=internal, **global_kw)
+
+
+def discovered_ha(vals: dict, control_plane_nodes: int) -> dict:
+    """`vals` of a cluster whose high availability nobody set: Deckhouse then has no global.highAvailability and
+    derives it from the control plane (three or more nodes)."""
+    vals = copy.deepcopy(vals)
+    vals["global"].pop("highAvailability", None)
+    vals["global"]["discovery"]["clusterControlPlaneIsHighlyAvailable"] = control_plane_nodes >= 3
+    return vals
+
+
+def external(vals: dict, base: str = "registry.example.com/deckhouse-modules", dockercfg: str = "eyJhdXRocyI6e319"
+             ) -> dict:
+    """`vals` of the module installed from a ModuleSource: Deckhouse sets peering.registry from the source."""
+    vals = copy.deepcopy(vals)
+    vals["peering"]["registry"] = {"base": base, "dockercfg": dockercfg}
+    return vals
 
 
 def objects(chart, vals: dict) -> list[dict]:
