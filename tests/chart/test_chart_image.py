@@ -220,3 +220,17 @@ def test_no_dockerfile_beside_the_werf_build() -> None:
     """Each images/<name>/ is its own build context for a Dockerfile in Deckhouse's werf builds, so a Dockerfile
     here could not reach the process's sources; werf.inc.yaml is the one recipe (docs/module-build.md)."""
     assert not list((CHART_DIR / "images").glob("*/Dockerfile"))
+
+
+def test_oss_yaml_names_every_direct_dependency_at_its_locked_version() -> None:
+    import tomllib
+
+    pins = {name: version for name, version in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", LOCK.read_text(), re.M)}
+    pins = {canonical(k): v for k, v in pins.items()}
+    oss = {canonical(e["name"]): e["version"] for e in yaml.safe_load((CHART_DIR / "oss.yaml").read_text())}
+    declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for requirement in declared:
+        name = canonical(re.match(r"[A-Za-z0-9_.-]+", requirement).group(0))
+        assert oss.get(name) == pins[name], f"oss.yaml has {name} at {oss.get(name)}, the lock at {pins[name]}"
+    # The interpreter is base/python's.
+    assert oss["cpython"].startswith("3.12.")
