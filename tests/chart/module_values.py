@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import copy
 
+import kubernetes_validate
+from kubernetes_validate.utils import SchemaNotFoundError
+
 from lab import deckhouse_module
 
 UUID = "0b7c3e1a-5f2d-4c8e-9a61-2d4f8b3e7c10"
@@ -14,6 +17,13 @@ CERT_DATA = {"tls.crt": "Y2VydA==", "tls.key": "a2V5"}
 # The monitoring modules as Deckhouse enables them: the CRDs' modules beside the operator's and Prometheus's.
 OPTIONAL = ("operator-prometheus", "operator-prometheus-crd", "prometheus", "prometheus-crd", "vertical-pod-autoscaler")
 BASE_MODULES = ("user-authn", "cert-manager")
+KUBE_VERSIONS = ("1.30", "1.37")
+# Kinds outside the Kubernetes schemas: those of Deckhouse's modules and of cert-manager.
+FOREIGN = {"cert-manager.io/v1/Certificate", "deckhouse.io/v1/DexClient", "monitoring.coreos.com/v1/PodMonitor",
+           "monitoring.coreos.com/v1/PrometheusRule", "deckhouse.io/v1/GrafanaDashboardDefinition",
+           "autoscaling.k8s.io/v1/VerticalPodAutoscaler",
+           "observability.deckhouse.io/v1alpha1/ClusterObservabilityMetricsRulesGroup",
+           "observability.deckhouse.io/v1alpha1/ClusterObservabilityDashboard"}
 
 
 def values(settings: dict | None = None, *, internal: dict | None = None, **global_kw) -> dict:
@@ -57,3 +67,14 @@ def one(objs: list[dict], kind: str, name: str) -> dict:
 
 def kinds(objs: list[dict]) -> list[str]:
     return sorted(o["kind"] for o in objs)
+
+
+def validate_all(objs: list[dict], version: str) -> set[str]:
+    """Validate every object strictly (unknown fields are errors); return the kinds the schemas do not know."""
+    skipped: set[str] = set()
+    for obj in objs:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except SchemaNotFoundError:
+            skipped.add(f"{obj['apiVersion']}/{obj['kind']}")
+    return skipped

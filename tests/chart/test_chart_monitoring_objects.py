@@ -10,7 +10,7 @@ import helm_python as helm
 import pytest
 
 from chart_paths import CHART_DIR
-from module_values import BASE_MODULES, objects, one, values
+from module_values import BASE_MODULES, FOREIGN, KUBE_VERSIONS, objects, one, validate_all, values
 
 OPERATOR = ("operator-prometheus", "operator-prometheus-crd")
 GRAFANA = ("prometheus", "prometheus-crd")
@@ -82,6 +82,8 @@ def test_with_the_observability_module_its_objects_carry_the_rules_and_the_dashb
     vals = values(enabled_modules=BASE_MODULES + OPERATOR + GRAFANA + ("observability",))
     vals["global"]["discovery"]["apiVersions"] = [OBSERVABILITY_RULES]
     objs = objects(chart, vals)
+    for version in KUBE_VERSIONS:
+        assert validate_all(objs, version) <= FOREIGN
     assert not [o for o in objs if o["kind"] == "PrometheusRule"]
     groups = [o for o in objs if o["kind"] == "ClusterObservabilityMetricsRulesGroup"]
     rule = one(objects(chart, values(enabled_modules=BASE_MODULES + OPERATOR)), "PrometheusRule", "peering-peering")

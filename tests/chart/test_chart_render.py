@@ -12,14 +12,12 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
-from kubernetes_validate.utils import SchemaNotFoundError
 
 from chart_paths import CHART_DIR
-from module_values import (BASE_MODULES, CERT_MANAGER, CUSTOM_CERTIFICATE, OPTIONAL, discovered_ha, external, kinds,
-                           objects, one, values)
+from module_values import (BASE_MODULES, CERT_MANAGER, CUSTOM_CERTIFICATE, FOREIGN, KUBE_VERSIONS, OPTIONAL,
+                           discovered_ha, external, kinds, objects, one, validate_all, values)
 from lab import deckhouse_module
 
-KUBE_VERSIONS = ("1.30", "1.37")
 NAMESPACE = "d8-peering"
 HTTPS = {"CertManager": CERT_MANAGER, "CustomCertificate": CUSTOM_CERTIFICATE}
 ENTRANCE = {"LoadBalancer": {}, "IngressNginxPassthrough": {"entrance": {
@@ -27,27 +25,12 @@ ENTRANCE = {"LoadBalancer": {}, "IngressNginxPassthrough": {"entrance": {
 MODULE_SETS = {"required-only": BASE_MODULES, "with-optional": BASE_MODULES + OPTIONAL}
 # Shipped with Deckhouse (its registry), or installed from a ModuleSource (the source's registry and credentials).
 INSTALLS = {"embedded": lambda vals: vals, "external": external}
-# Kinds outside the Kubernetes schemas: those of Deckhouse's modules and of cert-manager.
-FOREIGN = {"cert-manager.io/v1/Certificate", "deckhouse.io/v1/DexClient", "monitoring.coreos.com/v1/PodMonitor",
-           "monitoring.coreos.com/v1/PrometheusRule", "deckhouse.io/v1/GrafanaDashboardDefinition",
-           "autoscaling.k8s.io/v1/VerticalPodAutoscaler"}
 
 
 @pytest.fixture(scope="module")
 def chart():
     with helm.Chart.load(CHART_DIR) as loaded:
         yield loaded
-
-
-def validate_all(objs: list[dict], version: str) -> set[str]:
-    """Validate every object strictly (unknown fields are errors); return the kinds the schemas do not know."""
-    skipped: set[str] = set()
-    for obj in objs:
-        try:
-            kubernetes_validate.validate(obj, version, strict=True)
-        except SchemaNotFoundError:
-            skipped.add(f"{obj['apiVersion']}/{obj['kind']}")
-    return skipped
 
 
 CASES = list(itertools.product(HTTPS, ENTRANCE, MODULE_SETS, INSTALLS))
@@ -472,6 +455,8 @@ def test_high_availability_follows_the_control_plane_when_nobody_set_it(chart, m
     """No highAvailability in the ModuleConfig and none in global: a three-master cluster's control plane is highly
     available (global.discovery), and so is the module: two replicas on two nodes and a disruption budget."""
     objs = objects(chart, discovered_ha(values(), masters))
+    for version in KUBE_VERSIONS:
+        assert validate_all(objs, version) <= FOREIGN
     deployment = one(objs, "Deployment", "peering")
     pod = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["replicas"] == replicas
@@ -606,7 +591,10 @@ def inlet_settings(inlet: str) -> dict:
 @pytest.mark.parametrize("inlet", INLETS)
 def test_a_join_through_each_inlet_reaches_the_join_listener(chart, inlet: str) -> None:
     where, ip = INLETS[inlet]
-    policy = one(objects(chart, values(inlet_settings(inlet))), "NetworkPolicy", "peering")
+    objs = objects(chart, values(inlet_settings(inlet)))
+    for version in KUBE_VERSIONS:
+        assert validate_all(objs, version) <= FOREIGN
+    policy = one(objs, "NetworkPolicy", "peering")
     namespace = "d8-ingress-nginx" if where == "pod" else None
     assert admits(policy, "join", namespace=namespace, ip=ip)
     # Still nothing else: neither another namespace's pods nor an address outside the named networks.
