@@ -1,7 +1,8 @@
-"""The lab's real backend: etcd, kube-apiserver and kube-controller-manager built from their Go modules; and
-upstream Dex, built the same way, which the lab's Dex is held to (`upstream_dex.py` runs it).
+"""The lab's real backend: etcd, kube-apiserver and kube-controller-manager built from their Go modules; upstream
+Dex, built the same way, which the lab's Dex is held to (`upstream_dex.py` runs it); and the chart tests' promtool.
 
-`build.py` builds the pinned binaries into a cache outside the work tree (`python -m lab.real build`);
+`build.py` builds the pinned binaries into a cache outside the work tree (`python -m lab.real build`; promtool's
+path: `build.promtool()` or `python -m lab.real paths`);
 `config.py` says how a Deckhouse control plane is configured where it matters to the module; `runner.py` runs
 one lab cluster's control plane on loopback (`RealControlPlane`); `proxy.py` lets kube-apiserver reach the lab's
 host names. See lab/README.md, "The real backend".

@@ -1,7 +1,9 @@
-"""`python -m lab.real build|paths`: the binaries of the real components (the control plane, upstream Dex).
+"""`python -m lab.real build|paths`: the binaries of the real components (the control plane, upstream Dex, the
+chart tests' promtool).
 
-    python -m lab.real build              build etcd, kube-apiserver, kube-controller-manager and dex into the cache
-    python -m lab.real build dex          only the components named (etcd, kube, dex)
+    python -m lab.real build              build etcd, kube-apiserver, kube-controller-manager, dex and promtool into
+                                          the cache
+    python -m lab.real build dex          only the components named (etcd, kube, dex, promtool)
     python -m lab.real build --optional   the same, but when they cannot be built say why loudly and exit 0
                                           (exit 1 anyway when PEERING_REQUIRE_REAL_APISERVER=1): what `make test` runs
     python -m lab.real paths              print the built binaries' paths as JSON; exit 1 when any is not built,
@@ -22,6 +24,7 @@ from lab.real import build as builder
 # What `paths` says of each part that is not built, one line each (`make test` repeats them at its end).
 NOT_TESTED_CONTROL_PLANE = "REAL KUBE-APISERVER BACKEND NOT TESTED"
 NOT_TESTED_DEX = "UPSTREAM DEX NOT TESTED (the differential test of the lab's Dex)"
+NOT_TESTED_PROMTOOL = "PROMQL NOT PARSED (the chart's alerts and dashboard queries, by promtool)"
 
 
 def _loud(msg: str) -> None:
@@ -41,6 +44,10 @@ def _paths() -> int:
         found.update(dex=str(builder.require_dex()), dex_version=builder.DEX.release())
     except builder.BuildError as e:
         missing.append(f"{NOT_TESTED_DEX}: {e}")
+    try:
+        found.update(promtool=str(builder.promtool()), promtool_version=builder.PROMTOOL.release())
+    except builder.BuildError as e:
+        missing.append(f"{NOT_TESTED_PROMTOOL}: {e}")
     print(json.dumps(found, indent=2))
     for line in missing:
         print(line, file=sys.stderr)

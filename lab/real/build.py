@@ -118,9 +118,31 @@ def _dex_release(version: str) -> str:
 DEX = Component("dex", GOMOD / "dex", "github.com/dexidp/dex", (
     ("dex", "github.com/dexidp/dex/cmd/dex"),
 ), lambda version: {"main.version": _dex_release(version)}, _dex_release, cgo=True)
+
+
+def _prometheus_release(version: str) -> str:
+    """The Prometheus release a module version is: module v0.309.1 is Prometheus v3.9.1."""
+    m = re.match(r"v0\.(\d+?)(\d{2})\.(\d+)$", version)
+    if not m:
+        raise BuildError(f"github.com/prometheus/prometheus version {version!r} is not v0.<major><minor>.<patch>")
+    return f"v{int(m.group(1))}.{int(m.group(2))}.{m.group(3)}"
+
+
+def _prometheus_version_vars(version: str) -> dict[str, str]:
+    """What Prometheus's release build sets, so that `promtool --version` names the release."""
+    return {f"github.com/prometheus/common/version.{k}": v
+            for k, v in {"Version": _prometheus_release(version).lstrip("v"), "Branch": "HEAD",
+                         "BuildUser": "deckhouse-peering",
+                         "BuildDate": _module_time("github.com/prometheus/prometheus", version)}.items()}
+
+
+# promtool checks the module's PrometheusRules and parses its dashboard queries (tests/chart/promtool.py).
+PROMTOOL = Component("promtool", GOMOD / "promtool", "github.com/prometheus/prometheus", (
+    ("promtool", "github.com/prometheus/prometheus/cmd/promtool"),
+), _prometheus_version_vars)
 # What the real kube-apiserver backend runs, and everything `build` builds.
 CONTROL_PLANE = (ETCD, KUBE)
-COMPONENTS = (ETCD, KUBE, DEX)
+COMPONENTS = (ETCD, KUBE, DEX, PROMTOOL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -413,7 +435,14 @@ def require_dex(root: pathlib.Path | None = None) -> pathlib.Path:
     return component_dir(DEX, root) / "dex"
 
 
+def promtool(root: pathlib.Path | None = None) -> pathlib.Path:
+    """The built `promtool`; otherwise BuildError naming the command that builds it."""
+    if not is_built(root, (PROMTOOL,)):
+        raise _not_built("promtool is", (PROMTOOL,), root)
+    return component_dir(PROMTOOL, root) / "promtool"
+
+
 def required() -> bool:
-    """True when a missing real component (the kube-apiserver backend, upstream Dex) must fail (CI) rather than
-    be skipped."""
+    """True when a missing real component (the kube-apiserver backend, upstream Dex, promtool) must fail (CI) rather
+    than be skipped."""
     return os.environ.get(REQUIRE_ENV, "") not in ("", "0", "false", "no")

@@ -349,3 +349,56 @@ def test_each_crd_file_holds_one_crd() -> None:
         kinds.append(docs[0]["spec"]["names"]["kind"])
     assert sorted(kinds) == sorted(KINDS)
     assert translations == {p.name for p in paths if not p.name.startswith("doc-ru-")}
+
+
+def described(schema: dict, path: str = "") -> dict[str, str]:
+    """Every description of a schema (or of a doc-ru file's mirror of it) by path, array items as `[]`."""
+    out = {path or "<root>": schema["description"]} if isinstance(schema.get("description"), str) else {}
+    for name, prop in (schema.get("properties") or {}).items():
+        out.update(described(prop, f"{path}.{name}" if path else name))
+    if isinstance(schema.get("items"), dict):
+        out.update(described(schema["items"], path + "[]"))
+    return out
+
+
+def schema_paths(schema: dict, path: str = "") -> set[str]:
+    out = {path or "<root>"}
+    for name, prop in (schema.get("properties") or {}).items():
+        out |= schema_paths(prop, f"{path}.{name}" if path else name)
+    if isinstance(schema.get("items"), dict):
+        out |= schema_paths(schema["items"], path + "[]")
+    return out
+
+
+CYRILLIC = re.compile(r"[А-Яа-яЁё]")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_description_has_its_russian_twin(kind: str, crds) -> None:
+    """doc-ru-<crd>.yaml translates every description of the CRD, at the same path, and nothing the CRD does not
+    describe: the Russian documentation of a field is never missing nor says what the English does not."""
+    crd = crds[kind]
+    source = next(p for p in CRD_DIR.glob("*.yaml") if not p.name.startswith("doc-ru-") and yaml.safe_load(
+        p.read_text())["spec"]["names"]["kind"] == kind)
+    ru = yaml.safe_load((CRD_DIR / f"doc-ru-{source.name}").read_text())
+    [version] = crd["spec"]["versions"]
+    [ru_version] = ru["spec"]["versions"]
+    assert ru_version["name"] == version["name"]
+    english = described(version["schema"]["openAPIV3Schema"])
+    russian = described(ru_version["schema"]["openAPIV3Schema"])
+    assert sorted(set(english) - set(russian)) == [], "described in English only"
+    assert sorted(set(russian) - set(english)) == [], "described in Russian only"
+    assert schema_paths(ru_version["schema"]["openAPIV3Schema"]) <= schema_paths(version["schema"]["openAPIV3Schema"])
+    for path, text in russian.items():
+        assert CYRILLIC.search(text), f"{kind} {path}: the Russian description is not in Russian: {text!r}"
+        # The sensitive-field note and the condition reasons are kept word for word where they are names.
+        for name in re.findall(r"clusterpeers/sensitive|<omitted>|\b[A-Z][a-z]+[A-Z][A-Za-z]+", english[path]):
+            # A plural of English ("ServiceAccounts") is a name in its singular in Russian.
+            assert name.removesuffix("s") in text, f"{kind} {path}: the Russian description drops {name!r}"
+
+
+def test_the_twin_check_sees_a_missing_translation() -> None:
+    english = {"description": "x", "properties": {"a": {"description": "A"}, "b": {"description": "B"}}}
+    russian = {"description": "икс", "properties": {"a": {"description": "А"}}}
+    assert set(described(english)) - set(described(russian)) == {"b"}
+    assert described({"items": {"properties": {"n": {"description": "N"}}}}, "l") == {"l[].n": "N"}

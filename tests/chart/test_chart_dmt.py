@@ -1,8 +1,9 @@
 """dmt, Deckhouse's module linter, passes on charts/peering: with the values dmt generates from the module's own
 schemas, and again with every optional module enabled so that the PrometheusRules, the dashboard and the VPA are
-rendered and checked (promtool included). The only ignored findings allowed are those .dmtlint.yaml configures,
-each with its reason. dmt comes from tools/dmt.py (go install at a pinned version into a cache outside the work
-tree); without it the test is skipped loudly, and fails instead when PEERING_REQUIRE_REAL_TOOLS=1."""
+rendered and checked. The only ignored findings allowed are those .dmtlint.yaml configures, each with its
+reason. dmt comes from tools/dmt.py: PEERING_DMT, else the binary cached outside the work tree (the Go module proxy
+does not serve dmt; docs/module-build.md says how to build it from its source); without it the test is skipped
+loudly, and fails instead when PEERING_REQUIRE_REAL_TOOLS=1."""
 
 from __future__ import annotations
 

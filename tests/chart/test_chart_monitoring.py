@@ -64,7 +64,7 @@ def metric_names(expr: str) -> set[str]:
 
 def alert_expressions() -> list[tuple[str, str]]:
     out = []
-    for path in sorted(RULES.glob("*.yaml")):
+    for path in sorted(RULES.rglob("*.yaml")):
         for group in yaml.safe_load(path.read_text()):
             for rule in group["rules"]:
                 out.append((rule.get("alert") or rule.get("record"), rule["expr"]))
@@ -73,7 +73,7 @@ def alert_expressions() -> list[tuple[str, str]]:
 
 def dashboard_queries() -> list[tuple[str, str]]:
     out = []
-    for path in sorted(DASHBOARDS.glob("*.json")):
+    for path in sorted(DASHBOARDS.rglob("*.json")):
         dash = json.loads(path.read_text())
         for panel in dash["panels"]:
             for target in panel.get("targets", []):
@@ -118,7 +118,7 @@ def test_every_dashboard_query_names_only_exported_metrics() -> None:
 
 
 def test_every_alert_says_what_to_do() -> None:
-    for path in sorted(RULES.glob("*.yaml")):
+    for path in sorted(RULES.rglob("*.yaml")):
         for group in yaml.safe_load(path.read_text()):
             for rule in group["rules"]:
                 annotations = rule["annotations"]
@@ -128,7 +128,7 @@ def test_every_alert_says_what_to_do() -> None:
 
 def _rules() -> dict[str, dict]:
     out = {}
-    for path in sorted(RULES.glob("*.yaml")):
+    for path in sorted(RULES.rglob("*.yaml")):
         for group in yaml.safe_load(path.read_text()):
             for rule in group["rules"]:
                 out[rule["alert"]] = rule

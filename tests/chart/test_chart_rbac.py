@@ -167,25 +167,54 @@ def test_user_authz_roles_carry_their_access_level() -> None:
                       "d8:user-authz:peering:cluster-admin": "ClusterAdmin"}
 
 
-def test_rbacv2_roles_carry_deckhouse_labels_and_nest(objects) -> None:
+def test_rbacv2_roles_are_capabilities_of_the_current_scheme(objects) -> None:
+    """Deckhouse 1.78's capability scheme: d8:system-capability:peering:{view,edit} aggregated into the networking
+    subsystem's viewer and manager, d8:namespace-capability:peering:view into the namespace viewer, each labelled
+    kind: capability with its scope and capability name, and titled and described in English and Russian. The
+    retired experimental scheme (kind manage/use, level, aggregate-to-kubernetes-as) is gone."""
     by_name = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
-    view, edit = (by_name[f"d8:manage:permission:module:peering:{a}"] for a in ("view", "edit"))
-    for role, level in ((view, "viewer"), (edit, "manager")):
+    expected = {
+        "d8:system-capability:peering:view": ("system", "system-capability.peering.view",
+                                              "rbac.deckhouse.io/aggregate-to-networking-as", "viewer"),
+        "d8:system-capability:peering:edit": ("system", "system-capability.peering.edit",
+                                              "rbac.deckhouse.io/aggregate-to-networking-as", "manager"),
+        "d8:namespace-capability:peering:view": ("namespace", "namespace-capability.peering.view",
+                                                 "rbac.deckhouse.io/aggregate-to-namespace-as", "viewer"),
+    }
+    for name, (scope, capability, aggregate, level) in expected.items():
+        role = by_name[name]
         labels = role["metadata"]["labels"]
-        assert (labels["rbac.deckhouse.io/kind"], labels["rbac.deckhouse.io/level"],
-                labels["rbac.deckhouse.io/aggregate-to-kubernetes-as"]) == ("manage", "module", level)
-    use = by_name["d8:use:capability:module:peering:view"]
-    assert use["metadata"]["labels"]["rbac.deckhouse.io/kind"] == "use"
-    assert expand(use["rules"], CLUSTER) == grants(CLUSTER, [PEERING], ["projectpeers"], READ)
-    v, e = expand(view["rules"], CLUSTER), expand(edit["rules"], CLUSTER)
-    assert v < e
-    assert {t for t in e if t[2] == "clusterpeers/sensitive"} == grants(
+        assert labels["rbac.deckhouse.io/kind"] == "capability", name
+        assert labels["rbac.deckhouse.io/scope"] == scope, name
+        assert labels["rbac.deckhouse.io/capability"] == capability, name
+        assert labels[aggregate] == level, name
+        assert (labels["heritage"], labels["module"]) == ("deckhouse", "peering"), name
+        assert not {k for k in labels if k in ("rbac.deckhouse.io/level", "rbac.deckhouse.io/aggregate-to-kubernetes-as")}
+        annotations = role["metadata"]["annotations"]
+        for lang in ("en", "ru"):
+            assert annotations[f"{lang}.meta.deckhouse.io/title"].startswith(("Module peering", "Модуль peering"))
+            assert annotations[f"{lang}.meta.deckhouse.io/description"], (name, lang)
+    assert by_name["d8:system-capability:peering:view"]["metadata"]["labels"]["rbac.deckhouse.io/namespace"] == (
+        "d8-peering")
+    assert not [n for n in by_name if n.startswith(("d8:manage:", "d8:use:"))]
+    view, edit = (expand(by_name[f"d8:system-capability:peering:{a}"]["rules"], CLUSTER) for a in ("view", "edit"))
+    namespaced = expand(by_name["d8:namespace-capability:peering:view"]["rules"], CLUSTER)
+    assert namespaced == grants(CLUSTER, [PEERING], ["projectpeers"], READ)
+    assert view < edit
+    assert {t for t in edit if t[2] == "clusterpeers/sensitive"} == grants(
         CLUSTER, [PEERING], ["clusterpeers/sensitive"], READ)
-    assert not {t for t in v if t[2].endswith("/sensitive")}
+    assert not {t for t in view if t[2].endswith("/sensitive")}
+
+
+def test_module_yaml_asks_for_the_deckhouse_release_of_the_capability_scheme() -> None:
+    module = yaml.safe_load((CHART_DIR / "module.yaml").read_text())
+    floor = module["requirements"]["deckhouse"]
+    assert floor.startswith(">= ")
+    assert tuple(int(x) for x in floor[3:].split(".")) >= (1, 78)
 
 
 def test_no_role_for_people_has_the_status_subresource(objects) -> None:
     """Deckhouse's masking does not cover clusterpeers/status: its GET shows the invitation in clear."""
     for key, rules in roles(objects).items():
-        if key[1].startswith(("d8:user-authz:", "d8:manage:", "d8:use:")):
+        if key[1].startswith(("d8:user-authz:", "d8:system-capability:", "d8:namespace-capability:")):
             assert not {t for t in expand(rules, CLUSTER) if t[2].endswith("/status")}, key

@@ -12,23 +12,19 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
-from kubernetes_validate.utils import SchemaNotFoundError
 
 from chart_paths import CHART_DIR
-from module_values import (BASE_MODULES, CERT_MANAGER, CUSTOM_CERTIFICATE, OPTIONAL, kinds, objects, one,
-                           values)
+from module_values import (BASE_MODULES, CERT_MANAGER, CUSTOM_CERTIFICATE, FOREIGN, KUBE_VERSIONS, OPTIONAL,
+                           discovered_ha, external, kinds, objects, one, validate_all, values)
 from lab import deckhouse_module
 
-KUBE_VERSIONS = ("1.30", "1.37")
 NAMESPACE = "d8-peering"
 HTTPS = {"CertManager": CERT_MANAGER, "CustomCertificate": CUSTOM_CERTIFICATE}
 ENTRANCE = {"LoadBalancer": {}, "IngressNginxPassthrough": {"entrance": {
     "mode": "IngressNginxPassthrough", "ingressNginx": {"ingressClass": "passthrough"}}}}
 MODULE_SETS = {"required-only": BASE_MODULES, "with-optional": BASE_MODULES + OPTIONAL}
-# Kinds outside the Kubernetes schemas: those of Deckhouse's modules and of cert-manager.
-FOREIGN = {"cert-manager.io/v1/Certificate", "deckhouse.io/v1/DexClient", "monitoring.coreos.com/v1/PodMonitor",
-           "monitoring.coreos.com/v1/PrometheusRule", "deckhouse.io/v1/GrafanaDashboardDefinition",
-           "autoscaling.k8s.io/v1/VerticalPodAutoscaler"}
+# Shipped with Deckhouse (its registry), or installed from a ModuleSource (the source's registry and credentials).
+INSTALLS = {"embedded": lambda vals: vals, "external": external}
 
 
 @pytest.fixture(scope="module")
@@ -37,23 +33,14 @@ def chart():
         yield loaded
 
 
-def validate_all(objs: list[dict], version: str) -> set[str]:
-    """Validate every object strictly (unknown fields are errors); return the kinds the schemas do not know."""
-    skipped: set[str] = set()
-    for obj in objs:
-        try:
-            kubernetes_validate.validate(obj, version, strict=True)
-        except SchemaNotFoundError:
-            skipped.add(f"{obj['apiVersion']}/{obj['kind']}")
-    return skipped
+CASES = list(itertools.product(HTTPS, ENTRANCE, MODULE_SETS, INSTALLS))
 
 
-CASES = list(itertools.product(HTTPS, ENTRANCE, MODULE_SETS))
-
-
-@pytest.mark.parametrize(("https", "entrance", "modules"), CASES)
-def test_every_rendered_object_is_valid_kubernetes(chart, https: str, entrance: str, modules: str) -> None:
-    objs = objects(chart, values(ENTRANCE[entrance], https=HTTPS[https], enabled_modules=MODULE_SETS[modules]))
+@pytest.mark.parametrize(("https", "entrance", "modules", "install"), CASES)
+def test_every_rendered_object_is_valid_kubernetes(chart, https: str, entrance: str, modules: str,
+                                                   install: str) -> None:
+    vals = INSTALLS[install](values(ENTRANCE[entrance], https=HTTPS[https], enabled_modules=MODULE_SETS[modules]))
+    objs = objects(chart, vals)
     for version in KUBE_VERSIONS:
         assert validate_all(objs, version) <= FOREIGN
     optional = modules == "with-optional"
@@ -64,6 +51,7 @@ def test_every_rendered_object_is_valid_kubernetes(chart, https: str, entrance: 
         + ["ClusterRole"] * 7 + ["ClusterRoleBinding"] * 2 + ["Role"] * 2 + ["RoleBinding"] * 2
         + (["Certificate"] if https == "CertManager" else ["Secret"])
         + (["Ingress"] if entrance == "IngressNginxPassthrough" else [])
+        + (["Secret"] if install == "external" else [])
         + (["PodMonitor", "PrometheusRule", "GrafanaDashboardDefinition", "VerticalPodAutoscaler"] if optional
            else [])
     )
@@ -319,16 +307,40 @@ def test_replicas_and_spread_follow_high_availability(chart, ha: bool) -> None:
             assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
 
 
-def test_placement_follows_the_settings_else_deckhouse_system_nodes(chart) -> None:
-    pod = one(objects(chart, values(system_nodes=2, placement={"customTolerationKeys": ["dedicated.example.com"]})),
-              "Deployment", "peering")["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"node-role.deckhouse.io/system": ""}
-    assert {"key": "dedicated.example.com", "operator": "Exists"} in pod["tolerations"]
-    pod = one(objects(chart, values({"nodeSelector": {"pool": "peering"},
-                                     "tolerations": [{"key": "pool", "operator": "Exists"}]}, system_nodes=2)),
-              "Deployment", "peering")["spec"]["template"]["spec"]
+STORAGE_PROBLEMS = [{"key": "drbd.linbit.com/lost-quorum"}, {"key": "drbd.linbit.com/force-io-error"},
+                    {"key": "drbd.linbit.com/ignore-fail-over"}]
+DEDICATED = [{"key": "dedicated.deckhouse.io", "operator": "Equal", "value": "peering"},
+             {"key": "dedicated.deckhouse.io", "operator": "Equal", "value": "system"}]
+
+
+def _pod(chart, vals: dict) -> dict:
+    return one(objects(chart, vals), "Deployment", "peering")["spec"]["template"]["spec"]
+
+
+def _with_nodes(vals: dict, **by_role: int) -> dict:
+    vals["global"]["discovery"]["d8SpecificNodeCountByRole"] = dict(by_role)
+    return vals
+
+
+@pytest.mark.parametrize(("by_role", "selector"), [
+    ({}, None),
+    ({"system": 2}, {"node-role.deckhouse.io/system": ""}),
+    ({"peering": 2}, {"node-role.deckhouse.io/peering": ""}),
+    ({"peering": 2, "system": 3}, {"node-role.deckhouse.io/peering": ""}),
+], ids=["no-dedicated-nodes", "system-nodes", "peering-nodes", "peering-before-system"])
+def test_placement_prefers_the_modules_own_nodes_then_the_system_nodes(chart, by_role, selector) -> None:
+    """As helm_lib's system strategy: node-role.deckhouse.io/peering where such nodes exist, else .../system, and
+    the tolerations of both dedicated taints and of DRBD's storage problems."""
+    pod = _pod(chart, _with_nodes(values(), **by_role))
+    assert pod.get("nodeSelector") == selector
+    assert pod["tolerations"] == DEDICATED + STORAGE_PROBLEMS
+
+
+def test_placement_settings_replace_the_dedicated_nodes(chart) -> None:
+    pod = _pod(chart, _with_nodes(values({"nodeSelector": {"pool": "peering"},
+                                          "tolerations": [{"key": "pool", "operator": "Exists"}]}), peering=2))
     assert pod["nodeSelector"] == {"pool": "peering"}
-    assert pod["tolerations"] == [{"key": "pool", "operator": "Exists"}]
+    assert pod["tolerations"] == [{"key": "pool", "operator": "Exists"}] + STORAGE_PROBLEMS
 
 
 def test_resources_follow_the_settings_and_bound_the_vpa(chart) -> None:
@@ -434,3 +446,178 @@ def test_the_join_limit_trusts_the_ingress_controllers_by_the_pod_subnet_or_the_
     assert _env(named, "PEERING_TRUSTED_PROXIES") == "192.0.2.0/24,198.51.100.7"
     with pytest.raises(deckhouse_module.SettingsError, match=r"^settings\.joinTrustedProxies\.0: "):
         deckhouse_module.settings_values({"joinTrustedProxies": ["the ingress"]})
+
+
+# --- high availability as Deckhouse decides it -----------------------------------------------------------------
+
+@pytest.mark.parametrize(("masters", "replicas"), [(1, 1), (3, 2)])
+def test_high_availability_follows_the_control_plane_when_nobody_set_it(chart, masters: int, replicas: int) -> None:
+    """No highAvailability in the ModuleConfig and none in global: a three-master cluster's control plane is highly
+    available (global.discovery), and so is the module: two replicas on two nodes and a disruption budget."""
+    objs = objects(chart, discovered_ha(values(), masters))
+    for version in KUBE_VERSIONS:
+        assert validate_all(objs, version) <= FOREIGN
+    deployment = one(objs, "Deployment", "peering")
+    pod = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == replicas
+    if replicas > 1:
+        [term] = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        assert term["labelSelector"]["matchLabels"].items() <= pod_labels(objs).items()
+    else:
+        assert "affinity" not in pod
+    pdb = one(objs, "PodDisruptionBudget", "peering")
+    assert pdb["spec"]["maxUnavailable"] == 1 and pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels(
+        objs).items()
+
+
+def test_a_set_high_availability_wins_over_the_control_plane(chart) -> None:
+    three_masters = discovered_ha(values({"highAvailability": False}), 3)
+    assert one(objects(chart, three_masters), "Deployment", "peering")["spec"]["replicas"] == 1
+    one_master = discovered_ha(values(), 1)
+    one_master["global"]["highAvailability"] = True
+    assert one(objects(chart, one_master), "Deployment", "peering")["spec"]["replicas"] == 2
+
+
+def pod_labels(objs: list[dict]) -> dict:
+    return one(objs, "Deployment", "peering")["spec"]["template"]["metadata"]["labels"]
+
+
+# --- where the image comes from ---------------------------------------------------------------------------------
+
+def test_an_embedded_module_pulls_from_deckhouses_registry(chart) -> None:
+    objs = objects(chart, values())
+    pod = one(objs, "Deployment", "peering")["spec"]["template"]["spec"]
+    images = {c["name"]: c["image"] for c in pod["containers"]}
+    assert images["peering"] == f"{deckhouse_module.DEFAULT_REGISTRY}@{deckhouse_module.FAKE_DIGEST}"
+    assert pod["imagePullSecrets"] == [{"name": "deckhouse-registry"}]
+    assert not [o for o in objs if o["kind"] == "Secret" and o["type"] == "kubernetes.io/dockerconfigjson"]
+
+
+def test_a_module_from_a_module_source_pulls_from_its_own_registry_with_its_credentials(chart) -> None:
+    objs = objects(chart, external(values(), base="registry.example.com/modules/", dockercfg="eyJhdXRocyI6e319"))
+    pod = one(objs, "Deployment", "peering")["spec"]["template"]["spec"]
+    images = {c["name"]: c["image"] for c in pod["containers"]}
+    # <source registry>/<module name>@<digest>, the module's path under the source.
+    assert images["peering"] == f"registry.example.com/modules/peering@{deckhouse_module.FAKE_DIGEST}"
+    # kube-rbac-proxy stays one of Deckhouse's common images.
+    assert images["kube-rbac-proxy"].startswith(deckhouse_module.DEFAULT_REGISTRY + "@")
+    secret = one(objs, "Secret", "peering-module-registry")
+    assert secret["type"] == "kubernetes.io/dockerconfigjson" and secret["metadata"]["namespace"] == NAMESPACE
+    assert secret["data"] == {".dockerconfigjson": "eyJhdXRocyI6e319"}
+    assert pod["imagePullSecrets"] == [{"name": "deckhouse-registry"}, {"name": "peering-module-registry"}]
+
+
+PACKAGE_TEMPLATE = """{{- $root := dict "Values" .Values "Chart" .Chart "Module" .Values.renderedAs }}
+image: {{ include "peering.image" (list $root "peering") | quote }}
+dockercfg: {{ include "peering.moduleRegistryDockercfg" $root | quote }}
+"""
+
+
+def render_as_deckhouse(tmp_path, vals: dict, module: dict | None) -> dict:
+    """The module's helpers with `.Module` beside `.Values`, as current Deckhouse renders a module from its package:
+    a chart of the module's _helpers.tpl and one template that hands them such a root."""
+    chart_dir = tmp_path / "package-render"
+    (chart_dir / "templates").mkdir(parents=True, exist_ok=True)
+    (chart_dir / "Chart.yaml").write_text("apiVersion: v2\nname: peering\nversion: 0.1.0\n")
+    (chart_dir / "templates" / "_helpers.tpl").write_text((CHART_DIR / "templates" / "_helpers.tpl").read_text())
+    (chart_dir / "templates" / "out.yaml").write_text(PACKAGE_TEMPLATE)
+    with helm.Chart.load(chart_dir) as loaded:
+        rendered = loaded.render({**vals, "renderedAs": module}, name="peering", namespace=NAMESPACE)
+    return yaml.safe_load(rendered["peering/templates/out.yaml"])
+
+
+def test_a_module_package_names_the_registry_repository_and_the_digest(tmp_path) -> None:
+    package = {"Package": {"Name": "peering", "Registry": {"repository": "registry.example.com/packages",
+                                                          "dockercfg": "cGFja2FnZQ=="},
+                           "Digests": {"peering": "sha256:" + "a" * 64}}}
+    out = render_as_deckhouse(tmp_path, external(values()), package)
+    assert out == {"image": "registry.example.com/packages/peering@sha256:" + "a" * 64, "dockercfg": "cGFja2FnZQ=="}
+    # Without a package, the same helpers read the values as before.
+    assert render_as_deckhouse(tmp_path, values(), None)["image"] == (
+        f"{deckhouse_module.DEFAULT_REGISTRY}@{deckhouse_module.FAKE_DIGEST}")
+    broken = {"Package": {"Name": "peering", "Registry": {"repository": "registry.example.com/packages"},
+                          "Digests": {}}}
+    with pytest.raises(helm.HelmRenderError, match='has no registry repository or no digest of the image "peering"'):
+        render_as_deckhouse(tmp_path, values(), broken)
+
+
+# --- the join endpoint behind every ingress-nginx inlet ---------------------------------------------------------
+
+POD_SUBNET = "10.111.0.0/16"
+NODE_NETWORK = "192.168.10.0/24"
+# Where each IngressNginxController inlet's controller connects to a backend from: its pod (in d8-ingress-nginx)
+# or, for the primary controller of HostWithFailover (hostNetwork: true), its node's address.
+INLETS = {
+    "LoadBalancer": ("pod", "10.111.4.7"),
+    "LoadBalancerWithProxyProtocol": ("pod", "10.111.4.8"),
+    "LoadBalancerWithSSLPassthrough": ("pod", "10.111.4.9"),
+    "HostPort": ("pod", "10.111.5.1"),
+    "HostPortWithProxyProtocol": ("pod", "10.111.5.2"),
+    "HostPortWithSSLPassthrough": ("pod", "10.111.5.3"),
+    "HostWithFailover": ("node", "192.168.10.21"),
+    "HostWithFailover-failover": ("pod", "10.111.6.1"),
+}
+
+
+def admits(policy: dict, port: str, *, namespace: str | None, ip: str) -> bool:
+    """Whether the NetworkPolicy lets a connection to `port` in: from a pod of `namespace` (None: not a pod, a node
+    or an outside address) at address `ip`."""
+    import ipaddress
+
+    for rule in policy["spec"]["ingress"]:
+        if port not in [p["port"] for p in rule["ports"]]:
+            continue
+        if "from" not in rule:
+            return True
+        for peer in rule["from"]:
+            selector = peer.get("namespaceSelector")
+            if selector is not None and namespace is not None and selector.get("matchLabels", {}).items() <= {
+                    "kubernetes.io/metadata.name": namespace}.items():
+                return True
+            block = peer.get("ipBlock")
+            if block and ipaddress.ip_address(ip) in ipaddress.ip_network(block["cidr"]) and not any(
+                    ipaddress.ip_address(ip) in ipaddress.ip_network(e) for e in block.get("except", [])):
+                return True
+    return False
+
+
+def inlet_settings(inlet: str) -> dict:
+    """What the module's docs tell an administrator to set for the inlet: the node network for a controller in the
+    host network, nothing otherwise."""
+    return {"joinNodeNetworks": [NODE_NETWORK]} if INLETS[inlet][0] == "node" else {}
+
+
+@pytest.mark.parametrize("inlet", INLETS)
+def test_a_join_through_each_inlet_reaches_the_join_listener(chart, inlet: str) -> None:
+    where, ip = INLETS[inlet]
+    objs = objects(chart, values(inlet_settings(inlet)))
+    for version in KUBE_VERSIONS:
+        assert validate_all(objs, version) <= FOREIGN
+    policy = one(objs, "NetworkPolicy", "peering")
+    namespace = "d8-ingress-nginx" if where == "pod" else None
+    assert admits(policy, "join", namespace=namespace, ip=ip)
+    # Still nothing else: neither another namespace's pods nor an address outside the named networks.
+    assert not admits(policy, "join", namespace="default", ip="10.111.9.9")
+    assert not admits(policy, "join", namespace=None, ip="203.0.113.5")
+    # The node network opens the join listener only, never the egress or the ops listener.
+    assert not admits(policy, "egress", namespace=None, ip=NODE_NETWORK.replace("0/24", "21"))
+    assert not admits(policy, "ops", namespace=None, ip=NODE_NETWORK.replace("0/24", "21"))
+
+
+def test_a_host_network_controller_is_dropped_without_its_node_network(chart) -> None:
+    """Today's failure mode, kept visible: without joinNodeNetworks the primary HostWithFailover controller cannot
+    join, whatever else is set."""
+    policy = one(objects(chart, values()), "NetworkPolicy", "peering")
+    assert not admits(policy, "join", namespace=None, ip=INLETS["HostWithFailover"][1])
+
+
+def test_the_node_networks_are_trusted_for_the_client_address_and_admitted_to_join_only(chart) -> None:
+    objs = objects(chart, values({"joinNodeNetworks": [NODE_NETWORK, "fd00:10::/64"]}))
+    assert _env(objs, "PEERING_TRUSTED_PROXIES") == f"{POD_SUBNET},{NODE_NETWORK},fd00:10::/64"
+    policy = one(objs, "NetworkPolicy", "peering")
+    blocks = {r["ports"][0]["port"]: [p["ipBlock"]["cidr"] for p in r.get("from", []) if "ipBlock" in p]
+              for r in policy["spec"]["ingress"]}
+    assert blocks == {"entrance": [], "egress": [], "join": [NODE_NETWORK, "fd00:10::/64"], "https-metrics": []}
+    with pytest.raises(deckhouse_module.SettingsError, match=r"^settings\.joinNodeNetworks\.0: "):
+        deckhouse_module.settings_values({"joinNodeNetworks": ["192.168.10.21"]})

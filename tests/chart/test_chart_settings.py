@@ -43,6 +43,7 @@ def test_a_bad_setting_is_refused_naming_it(settings: dict, named: str) -> None:
 
 def test_the_values_schema_extends_the_settings_with_internal() -> None:
     schema = deckhouse_module.values_schema()
-    assert set(schema["properties"]) == set(deckhouse_module.config_schema()["properties"]) | {"internal"}
+    # internal: what the hooks compute; registry: what Deckhouse sets for a module from a ModuleSource.
+    assert set(schema["properties"]) == set(deckhouse_module.config_schema()["properties"]) | {"internal", "registry"}
     with pytest.raises(deckhouse_module.SettingsError, match=r"^peering\.internal\.customCertificateData"):
         deckhouse_module.settings_values({}, {"customCertificateData": {"tls.crt": "not base64!"}})

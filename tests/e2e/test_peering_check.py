@@ -106,7 +106,7 @@ async def test_a_modules_access_is_proved_end_to_end(lab):
 async def test_the_viewer_role_is_told_what_it_cannot_read(lab):
     a = lab["a"]
     a.api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "viewer", "namespace": "default"}})
-    for role in ("d8:user-authz:peering:user", "d8:manage:permission:module:peering:view"):
+    for role in ("d8:user-authz:peering:user", "d8:system-capability:peering:view"):
         a.api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                       "metadata": {"name": f"viewer-{role.replace(':', '-')}"},
                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},

@@ -105,15 +105,16 @@ carries a one-time connection string, so it must be served over HTTPS by the Ing
 {{- end -}}
 
 {{- /* The addresses of the Ingress controllers in front of the join listener, comma-separated: the setting, else
-the pod subnet (only ingress-nginx's pods may reach the join port, by the NetworkPolicy). */ -}}
+the pod subnet (only ingress-nginx's pods may reach the join port, by the NetworkPolicy), and the node networks of
+the controllers in the host network. */ -}}
 {{- define "peering.joinTrustedProxies" -}}
-{{- $set := (.Values.peering | default dict).joinTrustedProxies | default list -}}
-{{- if $set -}}
-{{- join "," $set -}}
-{{- else -}}
+{{- $settings := .Values.peering | default dict -}}
+{{- $set := $settings.joinTrustedProxies | default list -}}
+{{- if not $set -}}
 {{- $global := .Values.global | default dict -}}
-{{- dig "clusterConfiguration" "podSubnetCIDR" (dig "discovery" "podSubnet" "" $global) $global -}}
+{{- $set = list (dig "clusterConfiguration" "podSubnetCIDR" (dig "discovery" "podSubnet" "" $global) $global) -}}
 {{- end -}}
+{{- join "," (concat $set ($settings.joinNodeNetworks | default list) | compact | uniq) -}}
 {{- end -}}
 
 {{- define "peering.entranceMode" -}}
@@ -133,18 +134,63 @@ the pod subnet (only ingress-nginx's pods may reach the join port, by the Networ
 {{- $class -}}
 {{- end -}}
 
-{{- /* helm_lib_module_image (list . "peering"): the image by its digest, as werf built it. */}}
+{{- /* helm_lib_module_image (list . "peering"): the image by its digest, as werf built it. From the module package
+Deckhouse renders the module from (.Module.Package, current Deckhouse): <registry repository>/<package>@<digest>.
+Otherwise the digest of global.modulesImages.digests.peering, under global.modulesImages.registry.base for a module
+shipped with Deckhouse, or under <peering.registry.base>/peering for a module installed from a ModuleSource
+(Deckhouse sets peering.registry from the source's registry). */}}
 {{- define "peering.image" -}}
 {{- $root := index . 0 -}}
 {{- $name := index . 1 -}}
+{{- $package := "" -}}
+{{- with $root.Module }}{{ with .Package }}{{ if .Name }}{{ $package = . }}{{ end }}{{ end }}{{ end -}}
+{{- if $package -}}
+{{- $repository := $package.Registry.repository | default "" -}}
+{{- $digest := index ($package.Digests | default dict) $name | default "" -}}
+{{- if not (and $repository $digest) -}}
+{{- fail (print "the module package " ($package.Name | quote) " has no registry repository or no digest of the image " ($name | quote) ": Deckhouse fills them in from the package's build; rebuild and republish the module") -}}
+{{- end -}}
+{{ trimSuffix "/" $repository }}/{{ $package.Name }}@{{ $digest }}
+{{- else -}}
 {{- $images := $root.Values.global.modulesImages | default dict -}}
 {{- $base := dig "registry" "base" "" $images -}}
+{{- $external := dig "registry" "base" "" ($root.Values.peering | default dict) -}}
+{{- if $external -}}
+{{- $base = printf "%s/peering" (trimAll "/" $external) -}}
+{{- end -}}
 {{- $digest := dig "digests" "peering" $name "" $images -}}
 {{- if not (and $base $digest) -}}
 {{- fail (print "global.modulesImages has no registry.base or no digests.peering." $name ": Deckhouse fills them in from the module's build; a module folder rendered by hand needs both") -}}
 {{- end -}}
 {{ $base }}@{{ $digest }}
 {{- end -}}
+{{- end -}}
+
+{{- /* The credentials (base64 of a docker config) of the registry the module's own image comes from when it is not
+Deckhouse's: those of the module package, else those Deckhouse sets in peering.registry for a module from a
+ModuleSource. Empty for a module shipped with Deckhouse, whose namespace gets deckhouse-registry. */}}
+{{- define "peering.moduleRegistryDockercfg" -}}
+{{- $package := "" -}}
+{{- with .Module }}{{ with .Package }}{{ if .Name }}{{ $package = . }}{{ end }}{{ end }}{{ end -}}
+{{- if $package -}}
+{{- $package.Registry.dockercfg | default "" -}}
+{{- else -}}
+{{- dig "registry" "dockercfg" "" (.Values.peering | default dict) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* imagePullSecrets of the module's pods: deckhouse-registry (Deckhouse's registry, which Deckhouse copies into
+its modules' namespaces) for the common images, and the module's own registry Secret when the module comes from
+elsewhere (registry-secret.yaml). */}}
+{{- define "peering.imagePullSecrets" -}}
+imagePullSecrets:
+  - name: deckhouse-registry
+{{- if include "peering.moduleRegistryDockercfg" . }}
+  - name: {{ include "peering.moduleRegistrySecretName" . }}
+{{- end }}
+{{- end -}}
+
+{{- define "peering.moduleRegistrySecretName" -}}peering-module-registry{{- end -}}
 
 {{- /* helm_lib_module_common_image (list . "kubeRbacProxy"): an image of Deckhouse's common set. */}}
 {{- define "peering.commonImage" -}}
@@ -159,13 +205,18 @@ the pod subnet (only ingress-nginx's pods may reach the join port, by the Networ
 {{ $base }}@{{ $digest }}
 {{- end -}}
 
-{{- /* helm_lib_is_ha_to_value: the module's highAvailability when set, else global.highAvailability. */}}
+{{- /* helm_lib_is_ha_to_value: the module's highAvailability when set, else global.highAvailability when set,
+else whether the control plane is highly available (global.discovery.clusterControlPlaneIsHighlyAvailable, true
+with three or more control plane nodes). */}}
 {{- define "peering.isHA" -}}
 {{- $module := .Values.peering | default dict -}}
+{{- $global := .Values.global | default dict -}}
 {{- if hasKey $module "highAvailability" -}}
 {{- ternary "true" "" (eq (toString $module.highAvailability) "true") -}}
+{{- else if hasKey $global "highAvailability" -}}
+{{- ternary "true" "" (eq (toString $global.highAvailability) "true") -}}
 {{- else -}}
-{{- ternary "true" "" (eq (toString (.Values.global.highAvailability | default false)) "true") -}}
+{{- ternary "true" "" (eq (toString (dig "discovery" "clusterControlPlaneIsHighlyAvailable" false $global)) "true") -}}
 {{- end -}}
 {{- end -}}
 
@@ -203,15 +254,21 @@ affinity:
 {{- end }}
 {{- end -}}
 
-{{- /* helm_lib_node_selector (tuple . "system") and helm_lib_tolerations (tuple . "system"): the module's own
-placement when set, else Deckhouse's system nodes when the cluster has them. */}}
+{{- /* helm_lib_node_selector (tuple . "system") and helm_lib_tolerations (tuple . "system"). The node selector is
+the module's own when set, else the module's dedicated nodes (node-role.deckhouse.io/peering) where the cluster has
+such nodes, else Deckhouse's system nodes where it has those, else none. The tolerations are the module's own when
+set, else those of the module's and the system nodes' taints (dedicated.deckhouse.io=peering, =system); either
+way those of DRBD's storage problems, as for every system component. */}}
 {{- define "peering.placement" -}}
 {{- $module := .Values.peering | default dict -}}
-{{- $systemNodes := dig "discovery" "d8SpecificNodeCountByRole" "system" 0 (.Values.global | default dict) -}}
+{{- $byRole := dig "discovery" "d8SpecificNodeCountByRole" dict (.Values.global | default dict) -}}
 {{- if $module.nodeSelector }}
 nodeSelector:
   {{- toYaml $module.nodeSelector | nindent 2 }}
-{{- else if gt (int $systemNodes) 0 }}
+{{- else if gt (int (index $byRole "peering" | default 0)) 0 }}
+nodeSelector:
+  node-role.deckhouse.io/peering: ""
+{{- else if gt (int (index $byRole "system" | default 0)) 0 }}
 nodeSelector:
   node-role.deckhouse.io/system: ""
 {{- end }}
@@ -221,12 +278,14 @@ tolerations:
 {{- else }}
   - key: dedicated.deckhouse.io
     operator: Equal
+    value: peering
+  - key: dedicated.deckhouse.io
+    operator: Equal
     value: system
-  {{- range (dig "modules" "placement" "customTolerationKeys" list (.Values.global | default dict)) }}
-  - key: {{ . | quote }}
-    operator: Exists
-  {{- end }}
 {{- end }}
+  - key: drbd.linbit.com/lost-quorum
+  - key: drbd.linbit.com/force-io-error
+  - key: drbd.linbit.com/ignore-fail-over
 {{- end -}}
 
 {{- /* helm_lib_priority_class (tuple . "cluster-medium"): the gateway carries other modules' traffic to and
