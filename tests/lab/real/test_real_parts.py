@@ -262,7 +262,8 @@ def test_an_unreachable_module_proxy_is_quoted(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("require, code, banner", [
     ("", 0, "SKIPPING THE REAL KUBE-APISERVER BACKEND OR UPSTREAM DEX, whichever is not built"),
-    ("1", 1, "THE REAL COMPONENTS (etcd, kube, dex) CANNOT BE BUILT, and PEERING_REQUIRE_REAL_APISERVER is set"),
+    ("1", 1, "THE REAL COMPONENTS (etcd, kube, dex, promtool) CANNOT BE BUILT, and PEERING_REQUIRE_REAL_APISERVER "
+             "is set"),
 ])
 def test_an_optional_build_skips_loudly_unless_required(monkeypatch, tmp_path, capsys, require, code, banner):
     from lab.real.__main__ import main
@@ -287,15 +288,16 @@ def test_paths_says_what_is_missing(monkeypatch, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert json.loads(out) == {}
     assert "run `python -m lab.real build`" in err
-    assert err.count("\n") == 2 and "REAL KUBE-APISERVER BACKEND NOT TESTED: " in err
+    assert err.count("\n") == 3 and "REAL KUBE-APISERVER BACKEND NOT TESTED: " in err
     assert ("UPSTREAM DEX NOT TESTED (the differential test of the lab's Dex): upstream Dex is not built "
             "(dex v2.41.1") in err
-    # Dex built, the control plane not: the paths of what is there, and one line for what is not.
+    assert "PROMQL NOT PARSED (the chart's alerts and dashboard queries, by promtool): promtool is not built" in err
+    # Dex built, the control plane not: the paths of what is there, and one line for each of what is not.
     _fake_build(builder.DEX, tmp_path)
     assert main(["paths"]) == 1
     out, err = capsys.readouterr()
     assert json.loads(out) == {"dex": str(tmp_path / "dex" / "v2.41.1" / "dex"), "dex_version": "v2.41.1"}
-    assert "UPSTREAM DEX" not in err and "REAL KUBE-APISERVER BACKEND NOT TESTED" in err
+    assert "UPSTREAM DEX" not in err and "REAL KUBE-APISERVER BACKEND NOT TESTED" in err and "PROMQL" in err
 
 
 def _fake_build(component, root):
@@ -352,7 +354,7 @@ def test_build_takes_the_components_by_name(capsys):
     with pytest.raises(SystemExit) as e:
         main(["build", "apiserver"])
     assert e.value.code == 2
-    assert "no component 'apiserver': choose from etcd, kube, dex" in capsys.readouterr().err
+    assert "no component 'apiserver': choose from etcd, kube, dex, promtool" in capsys.readouterr().err
 
 
 def test_a_failed_go_build_quotes_go_and_not_its_package_list(tmp_path):
