@@ -7,7 +7,13 @@ STAMP := $(VENV)/.installed
 # The fuzz extra (atheris) on top: `make test` runs each harness once on its seeds, `make fuzz` runs them long.
 FUZZ_STAMP := $(VENV)/.fuzz-installed
 
-.PHONY: demo test venv bench clean real-binaries fuzz
+.PHONY: demo test test-repeat venv bench clean real-binaries fuzz
+
+# The suite runs on parallel pytest workers, a test file per worker at a time (its module-scoped labs stay on one
+# worker): the real backend's waits for kube-apiserver and etcd overlap with the other workers' work. Every lab
+# port is chosen by the OS and every directory is under the test's own tmp_path, so the workers share nothing.
+TEST_WORKERS ?= 3
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,9 +33,19 @@ demo: $(STAMP)
 # The fuzz extra too (atheris, a binary wheel): the suite runs each harness once on its seeds.
 test: $(FUZZ_STAMP)
 	$(PY) -m lab.real build --optional
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
+	$(PYTEST) $(PYTEST_ARGS); rc=$$?; \
 	  $(PY) -m lab.real paths 2>&1 >/dev/null | sed 's/^\(.*\)$$/*** \1 ***/' >&2; \
 	  exit $$rc
+
+# What passes only sometimes: N whole sessions of PYTEST_ARGS (default the end-to-end and guide suites, both
+# backends), each as `make test` runs it; BURN=1 runs a CPU burner per core alongside. Stops at the first failing
+# run (its output in build/repeat/), prints each run's wall time; a summary in build/repeat/summary.txt.
+N ?= 10
+REPEAT_ARGS ?= tests/e2e
+test-repeat: $(FUZZ_STAMP)
+	$(PY) -m lab.real build --optional
+	$(PY) tools/repeat.py --runs $(N) $(if $(filter 1,$(BURN)),--burn) -- -q -p no:cacheprovider \
+	  -n $(TEST_WORKERS) --dist loadfile $(or $(PYTEST_ARGS),$(REPEAT_ARGS))
 
 real-binaries: $(STAMP)
 	$(PY) -m lab.real build
