@@ -16,6 +16,7 @@ import argparse
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +24,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "repeat"
 BURNER = "while True: pass"
+#: How long an interrupted session may take to stop its labs before it is killed.
+STOP_SECONDS = 120
 # pytest's last line: "3 failed, 40 passed, 2 skipped in 12.34s".
 SUMMARY = re.compile(r"^=*\s*(?P<text>(\d+ \w+(, )?)+ in [\d.]+s.*?)\s*=*$")
 
@@ -38,6 +41,27 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             proc.kill()
     for proc in procs:
         proc.wait()
+
+
+def _session(pytest_args: list[str]) -> subprocess.CompletedProcess:
+    """One pytest session; interrupted (Ctrl-C, SIGTERM), it is interrupted too, so that it stops its labs."""
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *pytest_args], cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate()
+    except BaseException:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out)
+
+
+def _interrupted(signum: int, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _outcome(output: str) -> str:
@@ -58,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: give 1 or more")
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    signal.signal(signal.SIGTERM, _interrupted)
     OUT.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1
     lines = [f"{args.runs} runs of pytest {' '.join(pytest_args)}"
@@ -69,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         burners = _burners(cores) if args.burn else []
         start = time.monotonic()
         try:
-            done = subprocess.run([sys.executable, "-m", "pytest", *pytest_args], cwd=ROOT, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            done = _session(pytest_args)
         finally:
             _stop(burners)
         took = time.monotonic() - start

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from control.kube import PEERINGCAPABILITIES, Conflict, NotFound
 from control.rules import capabilities as cap_rules
+from control.rules.capabilities import Namespaced
 from control.rules import events as event_rules
 from control.rules.conditions import Cond
 from control.rules.status import capability_status
@@ -19,9 +20,10 @@ if TYPE_CHECKING:
 NAME = "peeringcapability"
 
 
-def desired_capability_status(obj: dict, now: datetime.datetime) -> dict:
-    """status of a PeeringCapability: Accepted from its spec, with the generation it was computed for (pure)."""
-    verdict = cap_rules.validate(obj.get("spec"))
+def desired_capability_status(obj: dict, now: datetime.datetime, namespaced: Namespaced | None = None) -> dict:
+    """status of a PeeringCapability: Accepted from its spec and the scopes discovery gives (`namespaced`), with the
+    generation it was computed for (pure)."""
+    verdict = cap_rules.validate(obj.get("spec"), namespaced)
     return capability_status(obj.get("status"), generation=(obj.get("metadata") or {}).get("generation"), now=now,
                              accepted=Cond(verdict.status, verdict.reason, verdict.message))
 
@@ -33,6 +35,7 @@ class CapabilityReconciler:
         self.kube = ctx.kube
         self.clock = ctx.clock
         self.events = ctx.events
+        self.discovery = ctx.discovery
         self.informer = ctx.informers.get(PEERINGCAPABILITIES)
         self.watches = (Watch(PEERINGCAPABILITIES),)
 
@@ -40,9 +43,14 @@ class CapabilityReconciler:
         obj = self.informer.get(key)
         if obj is None:
             return Result()
-        status = desired_capability_status(obj, self.clock.now())
+        # A kind the policy's tables do not know is judged by its scope in discovery (a cluster-scoped one is
+        # refused for writes), the same discovery the grants are split by: Accepted says what the grants do.
+        await self.discovery.refresh()
+        status = desired_capability_status(obj, self.clock.now(), self.discovery.namespaced)
+        # Discovery changes without an event of ours (a CRD installed): judged again when it may have.
+        again = Result(requeue_after=self.discovery.ttl)
         if status == (obj.get("status") or {}):
-            return Result()
+            return again
         try:
             await self.kube.update_status(PEERINGCAPABILITIES, {**obj, "status": status})
         except Conflict:
@@ -50,4 +58,4 @@ class CapabilityReconciler:
         except NotFound:
             return Result()
         await self.events.emit_all(obj, event_rules.capability_events(obj.get("status"), status))
-        return Result()
+        return again

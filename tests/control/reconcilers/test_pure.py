@@ -116,6 +116,22 @@ def test_capability_status_accepts_and_refuses_with_generation():
     assert refused["lastTransitionTime"] == "2026-01-01T00:05:00Z"
 
 
+def test_a_write_on_an_unknown_kind_that_discovery_says_is_cluster_scoped_is_not_accepted():
+    """Accepted judges an unknown kind by the same discovery the grants are split by: the grants would refuse a
+    cluster-scoped write, so Accepted says so (it said True before, and the grants then refused it)."""
+    spec = {"version": "v1", "consumers": [{"kind": "ServiceAccount", "namespace": "n", "name": "s"}],
+            "rules": [{"apiGroups": ["example.org"], "resources": ["widgets"], "verbs": ["get", "patch"]}]}
+    obj = {"metadata": {"generation": 1}, "spec": spec}
+    scoped = {True: "True", False: "False"}
+    for namespaced, verdict in scoped.items():
+        status = desired_capability_status(obj, T0, lambda group, resource, n=namespaced: n)
+        assert cond.get_condition(status["conditions"], "Accepted")["status"] == verdict
+    # Reads of it stay accepted.
+    reads = {**obj, "spec": {**spec, "rules": [{**spec["rules"][0], "verbs": ["get", "list"]}]}}
+    status = desired_capability_status(reads, T0, lambda group, resource: False)
+    assert cond.get_condition(status["conditions"], "Accepted")["status"] == "True"
+
+
 def test_memory_schedule():
     memory = Memory(sync_interval=30.0, jitter=0.2)
     assert [memory.retry_after(n) for n in (1, 2, 3, 10)] == [0.5, 1.0, 2.0, 30.0]
