@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 
 import pytest
 
+from contract.errors import Refusal
 from control import pki
 from control.rules import join as join_rules
 from control.rules import offer as offer_rules
+from fuzz.seeds import CLUSTER, MAX_TOKEN, NOW_S, SKEW, b64url, peer_claims, peer_material, peer_token, sign
+from gateway import catchup
+from gateway.tokens import KeySets, claims_expiry, unverified_claims, unverified_expiry, verify_peer_token
 
 from tests.fuzz.test_control_parsers import _good_join_body
 
@@ -105,3 +110,81 @@ def test_a_capability_scope_of_other_than_strings_is_refused(scope):
     offer = {"capabilities": [{"name": "c", "version": "v1", "scope": scope}]}
     check = offer_rules.validate_offer(offer)
     assert (check.ok, check.reason) == (False, "OfferInvalid") and "scope" in check.message
+
+
+# ----- the gateway: a peer's token, the claims read without verifying it ----------------------------------------
+PEER_M = peer_material()
+
+
+def _verify(token: str):
+    return verify_peer_token(token, PEER_M["peer"], PEER_M["registry"], KeySets(), now=NOW_S, skew=SKEW,
+                             max_bytes=MAX_TOKEN)
+
+
+def _refused(token: str) -> str:
+    with pytest.raises(Refusal) as refused:
+        _verify(token)
+    assert refused.value.code == 401
+    return refused.value.reason
+
+
+def test_claims_beside_a_json_serialized_signature_are_refused():
+    # Found by review, while writing the properties (test_claims_the_signature_does_not_cover_are_refused): jwcrypto
+    # reads a token that is JSON as the JWS JSON serialization and verified the signature in it, while the claims
+    # were read from the token's text split on dots. One token of the peer, of any audience, expired or not, made
+    # the claims of any consumer verify: here a default ServiceAccount's token for another cluster became a token
+    # of mod/writer for `write`.
+    legit = peer_token("p256", aud=["https://kubernetes.default.svc"], exp=1,
+                       sub="system:serviceaccount:kube-system:default").split(".")
+    forged_claims = peer_claims(aud=[f"peering.deckhouse.io/{CLUSTER}/write"], sub="system:serviceaccount:mod:writer")
+    header = b64url(b'{"alg":"ES256","kid":"p256"}')
+    forged = json.dumps({header: "." + b64url(json.dumps(forged_claims).encode()) + ".",
+                         "protected": legit[0], "payload": legit[1], "signature": legit[2]})
+    assert forged.count(".") == 2
+    assert _refused(forged) == "TokenMalformed"
+
+
+def test_a_token_spelled_otherwise_than_base64url_is_refused():
+    # Found by hypothesis (test_every_single_mutation_of_a_valid_token_is_refused): the lenient base64 decoding
+    # of jwcrypto skips characters outside the alphabet, accepts padding and ignores the last character's stray
+    # bits, so one signed token had endless spellings that all verified, each a verification and an entry of its
+    # own in the verified-token cache.
+    token = peer_token("p256")
+    protected, payload, signature = token.split(".")
+    last = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".index(signature[-1])
+    stray = signature[:-1] + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[last ^ 1]
+    for variant in (token + "=", f"{protected}.{payload}.{signature[:10]}!{signature[10:]}",
+                    f"{protected}.{payload}.{stray}", f"{protected}.{payload}.{signature[:5]}\n{signature[5:]}"):
+        assert _refused(variant) == "TokenMalformed", variant
+    assert _verify(token).capabilities == {"read-pods"}
+
+
+def test_a_deeply_nested_token_is_refused_not_a_recursion_error():
+    # Found by review, while writing the properties: json.loads raises RecursionError, which is no ValueError, for
+    # a JSON nested deeper than the interpreter's recursion limit; it escaped the entrance's token check (from the
+    # header, before any signature), the egress's claims and the catch-up's claims_of.
+    deep = b64url(b"[" * 5000 + b"]" * 5000)
+    assert _refused(f"{deep}.e30.e30") == "TokenMalformed"
+    assert _refused(sign(b'{"alg":"ES256","kid":"p256"}', b"[" * 5000 + b"]" * 5000)) == "TokenMalformed"
+    assert unverified_claims(f"e30.{deep}.e30") is None and catchup.claims_of(f"e30.{deep}.e30") == {}
+    assert unverified_expiry(f"e30.{deep}.e30") is None
+
+
+@pytest.mark.parametrize("exp", [10**400, "NaN", "Infinity", "-Infinity"])
+def test_an_expiry_that_is_no_finite_number_is_no_expiry(exp):
+    # Found by hypothesis (test_a_signed_token_verifies_exactly_when_every_rule_holds): an integer exp beyond a
+    # float raised OverflowError out of the entrance's check (and out of the egress's claims_expiry, for any local
+    # pod's token); NaN, which json.loads reads, verified with an expiry that never comes (NaN <= now is false).
+    payload = json.dumps(peer_claims(exp=...))[:-1].encode() + b', "exp": %s}' % str(exp).encode()
+    token = sign(b'{"alg":"ES256","kid":"p256"}', payload)
+    assert _refused(token) in ("TokenExpired", "TokenMalformed")
+    assert unverified_expiry(token) is None
+    if isinstance(exp, int):
+        assert claims_expiry({"exp": exp}) is None
+
+
+@pytest.mark.parametrize("nbf", [10**400, "NaN", '"soon"', "true"])
+def test_a_not_before_that_is_no_number_is_refused(nbf):
+    # With the expiry: an nbf beyond a float raised OverflowError; one that is no number was read as none.
+    payload = json.dumps(peer_claims(nbf=...))[:-1].encode() + b', "nbf": %s}' % str(nbf).encode()
+    assert _refused(sign(b'{"alg":"ES256","kid":"p256"}', payload)) == "TokenMalformed"
