@@ -40,11 +40,12 @@ def answer_bytes(status: int, body: str) -> bytes:
 
 
 def run(test_one_input: Callable[[bytes], None], seeds: Callable[[], Iterable[bytes]]) -> None:
-    """Fuzz `test_one_input`; an exception out of it is a crash (libFuzzer writes the input as crash-<sha1>)."""
+    """Fuzz `test_one_input`; an exception out of it is a crash (libFuzzer writes the input as crash-<sha1>). Given
+    files instead of a corpus directory, libFuzzer runs each once: a crash replays so."""
     import atheris
 
     corpus = _corpus_dir(sys.argv)
-    if corpus is not None:
+    if corpus is not None and not os.path.isfile(corpus):  # a file is an input to replay (a crash-<sha1>)
         os.makedirs(corpus, exist_ok=True)
         if not os.listdir(corpus):
             for seed in seeds():
