@@ -19,7 +19,8 @@ import subprocess
 import sys
 import time
 
-HARNESSES = ("request_heads", "response_framer", "connstring", "join_body", "offer", "csr")
+HARNESSES = ("request_heads", "response_framer", "connstring", "join_body", "offer", "csr", "peer_token", "token_claims",
+             "dex_answer", "token_review", "client_address", "egress_path")
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _PROGRESS = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/")
 _STAT = re.compile(r"stat::(\w+):\s+(\d+)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import math
+import re
 import time
 from urllib.parse import quote
 from typing import Awaitable, Callable
@@ -23,6 +24,7 @@ from cachetools import LRUCache, TLRUCache
 
 from contract import reasons
 from contract.errors import Refusal
+from gateway.tokens import numeric_date
 
 GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 ID_TOKEN = "urn:ietf:params:oauth:token-type:id_token"
@@ -59,12 +61,14 @@ def dex_refusal(status: int, body: object, *, client_id: str, connector_id: str,
     error = body.get("error") if isinstance(body, dict) else None
     error = error if isinstance(error, str) else ""
     described = body.get("error_description") if isinstance(body, dict) else None
-    detail = f"{status} {error[:64]}".strip() + (f": {str(described)[:200]}" if described else "")
+    # Only a string is quoted (RFC 6749 5.2): the text of a deep array would need more recursion than parsing it.
+    described = described if isinstance(described, str) else ""
+    detail = f"{status} {error[:64]}".strip() + (f": {described[:200]}" if described else "")
     if error == "invalid_client":
         return Refusal(503, EXCHANGE_MISCONFIGURED,
                        f"Dex does not accept the module's client {client_id} ({detail}); check the DexClient "
                        f"of the module and the Secret user-authn writes for it (key clientSecret)")
-    if error == "invalid_request" and "connector" in str(described or "").lower():
+    if error == "invalid_request" and "connector" in described.lower():
         return Refusal(503, EXCHANGE_MISCONFIGURED,
                        f"Dex has no connector {connector_id} ({detail}): user-authn has not applied the peer's "
                        "TokenExchangeProvider; see the TokenExchangeReady condition of the ClusterPeer")
@@ -83,6 +87,27 @@ def dex_refusal(status: int, body: object, *, client_id: str, connector_id: str,
     return Refusal(401, EXCHANGE_REFUSED,
                    f"Dex refused to exchange the token ({detail}); check the TokenExchangeReady condition of the "
                    "ClusterPeer")
+
+
+#: An access token as RFC 6750 2.1 spells one (b64token), so that it is one header value upstream and nothing else.
+_B64TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")
+#: Seconds an exchanged token is used for when Dex's answer names no lifetime (RFC 6749 5.1: expires_in is optional).
+DEFAULT_EXPIRES_IN = 300.0
+
+
+def exchange_answer(status: int, body: object, *, client_id: str, connector_id: str, audience: str
+                    ) -> tuple[str, float]:
+    """The exchanged token and its lifetime in seconds from an answer of Dex's token endpoint (`status`, parsed
+    `body`, None when it was no JSON), or the Refusal it means: `dex_refusal` for a status other than 200, 503
+    TokenExchangeUnavailable for a 200 without an access token that can be sent as one header value."""
+    if status != 200:
+        raise dex_refusal(status, body, client_id=client_id, connector_id=connector_id, audience=audience)
+    token = body.get("access_token") if isinstance(body, dict) else None
+    if not isinstance(token, str) or not _B64TOKEN.fullmatch(token):
+        raise Refusal(503, EXCHANGE_UNAVAILABLE, "Dex answered the token exchange without an access_token (a "
+                      "token of RFC 6750 characters); it is retried on the next request")
+    expires_in = numeric_date(body.get("expires_in"))  # type: ignore[union-attr]
+    return token, DEFAULT_EXPIRES_IN if expires_in is None else expires_in
 
 
 def basic_auth(client_id: str, secret: str) -> str:
@@ -253,20 +278,18 @@ class DexClient:
                     timeout=self._timeout) as resp:
                 try:
                     body = await resp.json(content_type=None)
-                except ValueError:
+                except (ValueError, RecursionError):
                     body = None
-                if resp.status != 200 or not isinstance(body, dict) or not isinstance(body.get("access_token"), str):
-                    refusal = (dex_refusal(resp.status, body, client_id=self._client_id, connector_id=connector_id,
-                                           audience=self._audience) if resp.status != 200 else
-                               Refusal(503, EXCHANGE_UNAVAILABLE, "Dex answered the token exchange without an "
-                                       "access_token; it is retried on the next request"))
+                try:
+                    answer = exchange_answer(resp.status, body, client_id=self._client_id,
+                                             connector_id=connector_id, audience=self._audience)
+                except Refusal as refusal:
                     outcome = "refused" if refusal.code < 500 else "error"
                     self._report(connector_id, refusal)
-                    raise refusal
-                expires_in = body.get("expires_in")
+                    raise
                 outcome = "ok"
                 self._report(connector_id, None)
-                return body["access_token"], float(expires_in) if isinstance(expires_in, (int, float)) else 300.0
+                return answer
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             refusal = Refusal(503, EXCHANGE_UNAVAILABLE,
                               f"Dex cannot be reached for the token exchange ({type(exc).__name__}); "

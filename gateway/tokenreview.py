@@ -45,7 +45,7 @@ def reviewed_capabilities(status: int, body: object, peer: Peer, registry: Regis
                       "check the gateway's RBAC for tokenreviews")
     result = body.get("status")
     result = result if isinstance(result, dict) else {}
-    if not result.get("authenticated"):
+    if result.get("authenticated") is not True:  # a boolean in a TokenReview: "false" or 1 is no yes
         raise Refusal(401, reasons.TOKEN_INVALID, "the token is not valid for this peering; request a projected "
                       "ServiceAccount token with one of the audiences in status.access.audiences")
     user = result.get("user")
@@ -92,7 +92,7 @@ class TokenReviewer:
                     timeout=self._timeout) as resp:
                 body = await resp.json(content_type=None) if resp.status in (200, 201) else None
                 status = resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, RecursionError) as exc:
             if self._on_unavailable is not None:
                 self._on_unavailable()
             raise Refusal(503, reasons.TOKEN_REVIEW_UNAVAILABLE, f"the API server cannot review the token now "

@@ -7,8 +7,9 @@ so this is the check that keeps a peer's token for one capability or cluster fro
 from __future__ import annotations
 
 import base64
-import binascii
 import json
+import math
+import re
 from dataclasses import dataclass
 
 from cachetools import LRUCache
@@ -62,12 +63,50 @@ def _unauthorized(cause: str, message: str) -> Refusal:
     return Refusal(401, cause, message)
 
 
-def _b64json(part: str) -> dict:
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _part(part: str) -> bytes | None:
+    """The bytes of one part of a compact JWS, or None unless it is base64url as RFC 7515 spells it: the URL-safe
+    alphabet only (no padding, no other character, which a lenient decoder would skip) and no stray bits in the
+    last character, so that one token has one spelling and the bytes decoded are the bytes signed."""
+    if not _BASE64URL.fullmatch(part) or len(part) % 4 == 1:
+        return None
+    data = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+    return data if base64.urlsafe_b64encode(data).rstrip(b"=").decode() == part else None
+
+
+def _json_object(data: bytes | None) -> dict | None:
+    """A JSON object of UTF-8 `data`, or None for anything else (NaN and Infinity are no JSON, a nesting deeper
+    than the interpreter's recursion is no object of a token)."""
+    if data is None:
+        return None
     try:
-        value = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise _unauthorized(reasons.TOKEN_MALFORMED, "the bearer token is not a JWT") from None
-    if not isinstance(value, dict):
+        value = json.loads(data, parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def numeric_date(value: object) -> float | None:
+    """A JSON number as seconds (an `exp`, an `nbf`, an `expires_in`), or None for anything else: a boolean, a
+    string, or an integer beyond what a float holds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _b64json(part: str) -> dict:
+    value = _json_object(_part(part))
+    if value is None:
         raise _unauthorized(reasons.TOKEN_MALFORMED, "the bearer token is not a JWT")
     return value
 
@@ -78,8 +117,9 @@ def verify_peer_token(token: str, peer: Peer, registry: Registry, keysets: KeySe
     if len(token) > max_bytes:
         raise _unauthorized(reasons.TOKEN_TOO_LARGE, f"the bearer token is longer than {max_bytes} bytes")
     parts = token.split(".")
-    if len(parts) != 3:
-        raise _unauthorized(reasons.TOKEN_MALFORMED, "the bearer token is not a signed JWT (three dot-separated parts)")
+    if len(parts) != 3 or any(_part(p) is None for p in parts):
+        raise _unauthorized(reasons.TOKEN_MALFORMED, "the bearer token is not a signed JWT in compact form (three "
+                            "dot-separated base64url parts); send the ServiceAccount token as the kubelet wrote it")
     header = _b64json(parts[0])
     alg = header.get("alg")
     if alg not in ALLOWED_ALGS:
@@ -111,20 +151,28 @@ def verify_peer_token(token: str, peer: Peer, registry: Registry, keysets: KeySe
     try:
         verifier.deserialize(token)
         verifier.verify(key, alg=alg)
+        signed = verifier.payload
     except (JWException, ValueError, TypeError):
         raise _unauthorized(reasons.TOKEN_SIGNATURE_INVALID, "the token's signature does not verify with the peer's key") \
             from None
-    claims = _b64json(parts[1])
+    # The claims are the payload the signature covers, never a second reading of the token's text.
+    claims = _json_object(signed)
+    if claims is None:
+        raise _unauthorized(reasons.TOKEN_MALFORMED, "the token's payload is not a JSON object of claims")
     if claims.get("iss") != peer.issuer_url:
         raise _unauthorized(reasons.TOKEN_ISSUER_MISMATCH, f"the token was not issued by the issuer of peer {peer.name}")
-    exp = claims.get("exp")
-    if not isinstance(exp, (int, float)) or isinstance(exp, bool):
-        raise _unauthorized(reasons.TOKEN_EXPIRED, "the token has no expiry; use a projected ServiceAccount token")
+    exp = claims_expiry(claims)
+    if exp is None:
+        raise _unauthorized(reasons.TOKEN_EXPIRED, "the token has no expiry (exp, a number of seconds); use a "
+                            "projected ServiceAccount token")
     if exp + skew <= now:
         raise _unauthorized(reasons.TOKEN_EXPIRED, "the token has expired; the kubelet refreshes projected tokens, "
                             "read the token file again")
     nbf = claims.get("nbf")
-    if isinstance(nbf, (int, float)) and not isinstance(nbf, bool) and nbf - skew > now:
+    not_before = numeric_date(nbf)
+    if nbf is not None and not_before is None:
+        raise _unauthorized(reasons.TOKEN_MALFORMED, "the token's nbf is not a number of seconds")
+    if not_before is not None and not_before - skew > now:
         raise _unauthorized(reasons.TOKEN_NOT_YET_VALID, "the token is not valid yet; check the clocks of both clusters")
     aud = claims.get("aud")
     auds = [aud] if isinstance(aud, str) else [a for a in aud if isinstance(a, str)] if isinstance(aud, list) else []
@@ -143,7 +191,7 @@ def verify_peer_token(token: str, peer: Peer, registry: Registry, keysets: KeySe
     if not allowed:
         raise _unauthorized(reasons.NOT_A_CONSUMER, f"ServiceAccount {account[0]}/{account[1]} of peer {peer.name} "
                             "is not a consumer of the capabilities its token names")
-    return VerifiedToken(peer=peer.name, subject=sub, capabilities=allowed, expires=float(exp))
+    return VerifiedToken(peer=peer.name, subject=sub, capabilities=allowed, expires=exp)
 
 
 class VerifiedTokens:
@@ -181,15 +229,10 @@ class VerifiedTokens:
 
 
 def unverified_claims(token: str) -> dict | None:
-    """The claims of a JWT without checking them (None for anything else): only to bound or narrow a result
-    obtained otherwise (the egress's TokenReview verifies the token)."""
+    """The claims of a compact JWT without checking them (None for anything else): only to bound or narrow a
+    result obtained otherwise (the egress's TokenReview verifies the token), or to decide whether to wait."""
     parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        return _b64json(parts[1])
-    except Refusal:
-        return None
+    return _json_object(_part(parts[1])) if len(parts) == 3 else None
 
 
 def unverified_expiry(token: str) -> float | None:
@@ -198,5 +241,5 @@ def unverified_expiry(token: str) -> float | None:
 
 
 def claims_expiry(claims: dict) -> float | None:
-    exp = claims.get("exp")
-    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
+    """The `exp` of claims as seconds, None when it is no number a float holds."""
+    return numeric_date(claims.get("exp"))

@@ -4,7 +4,10 @@ libFuzzer's figures as libFuzzer prints them."""
 from __future__ import annotations
 
 import importlib
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -58,3 +61,15 @@ def test_each_harness_holds_on_its_seeds_and_on_noise(name):
     inputs = list(harness.seeds()) + [b"", b"\x00", b"\xff" * 64, b"{}", b"[]", b'{"offer": {}}', b"\x01" * 300]
     for data in inputs:
         harness.test_one_input(data)
+
+
+def test_an_input_file_replays_once(tmp_path):
+    """What docs/fuzzing.md says of a crash: `python -m fuzz.<harness> <file>` runs the harness on the file once
+    (a file is no corpus to seed) and exits 0 when it holds."""
+    pytest.importorskip("atheris", reason="the fuzz extra (pip install -e '.[fuzz]') is not installed")
+    given = tmp_path / "crash-0"
+    given.write_bytes(b"\n10.111.0.7\n198.51.100.1\n")
+    proc = subprocess.run([sys.executable, "-m", "fuzz.client_address", str(given)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"Executed {given}" in proc.stderr and given.is_file()
