@@ -284,14 +284,23 @@ async def handlers():
     return Handlers()
 
 
+@contextlib.asynccontextmanager
+async def started_gateway(pki, issuer_key, upstream, dex, handlers, **limits):
+    """A Gateway in this process with `limits`, its certificates and registry loaded."""
+    gw = Gateway(gateway_config(pki, upstream, dex, **limits), handlers)
+    await gw.start()
+    try:
+        load_certs(gw, pki)
+        gw.publish(registry_for(pki, issuer_key))
+        yield gw
+    finally:
+        await gw.stop()
+
+
 @pytest.fixture
 async def gateway(pki, issuer_key, upstream, dex, handlers):
-    gw = Gateway(gateway_config(pki, upstream, dex), handlers)
-    await gw.start()
-    load_certs(gw, pki)
-    gw.publish(registry_for(pki, issuer_key))
-    yield gw
-    await gw.stop()
+    async with started_gateway(pki, issuer_key, upstream, dex, handlers) as gw:
+        yield gw
 
 
 @contextlib.asynccontextmanager
