@@ -324,3 +324,12 @@ async def test_deckhouse_refuses(ca, issuer, overrides, reason):
 async def test_deckhouse_allows_system_inside_a_name_and_ordinary_groups(ca, issuer):
     user = await _deckhouse(ca, issuer).authenticate_token(issuer.sign(_dex_claims(groups=["dev", "ops:system:"])))
     assert user.username == PEER_USER and user.groups == ("dev", "ops:system:")
+
+
+async def test_a_token_in_the_json_serialization_is_refused(ca, issuer):
+    """Its members beside the signature are not signed; kube-apiserver reads compact tokens only."""
+    authn = _authenticator(ca, issuer)
+    header, payload, sig = issuer.sign(_claims()).split(".")
+    wrapped = json.dumps({"protected": header, "payload": payload, "signature": sig, "header": {"kid": "k1"}})
+    with pytest.raises(TokenInvalid, match="compact"):
+        await authn.verify(wrapped)

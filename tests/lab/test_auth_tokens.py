@@ -220,3 +220,15 @@ def test_helpers():
     assert audiences_of({"aud": "a"}) == ["a"] and audiences_of({}) == [] and audiences_of({"aud": ["a", 1]}) == ["a"]
     assert intersect(["a", "b", "c"], ["c", "x", "a", "c"]) == ["c", "a"]
     assert unverified_claims("not-a-jwt") is None
+
+
+def test_a_token_in_the_json_serialization_is_refused_as_kube_apiserver_does(issuer):
+    """jwcrypto also reads the JWS JSON serialization, whose members beside the signature are not signed; the real
+    authenticators read compact tokens only."""
+    token, _ = issuer.issue("ns", "sa", "u", [], 600)
+    header, payload, sig = token.split(".")
+    wrapped = json.dumps({"protected": header, "payload": payload, "signature": sig,
+                          "header": {"kid": issuer.key_id}})
+    assert jws.JWS().deserialize(wrapped) is None  # jwcrypto takes it
+    with pytest.raises(TokenInvalid, match="compact"):
+        issuer.verify(wrapped, None)

@@ -30,7 +30,7 @@ from aiohttp.abc import AbstractResolver
 from jwcrypto import jwk, jws
 from jwcrypto.common import JWException
 
-from lab.apiserver.auth.tokens import TokenInvalid, audiences_of, unverified_claims
+from lab.apiserver.auth.tokens import TokenInvalid, audiences_of, is_compact_jws, unverified_claims
 from lab.apiserver.auth.types import UserInfo
 
 log = logging.getLogger(__name__)
@@ -198,6 +198,8 @@ class OIDCAuthenticator:
 
     async def verify(self, token: str) -> UserInfo:
         """The user of a valid ID token; TokenInvalid with the reason otherwise (never with the token in it)."""
+        if not is_compact_jws(token):
+            raise TokenInvalid("token is not a compact JWS")
         parsed = jws.JWS()
         try:
             parsed.deserialize(token)

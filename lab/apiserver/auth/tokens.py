@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Callable
@@ -46,6 +47,16 @@ def parse_sa_username(username: str) -> tuple[str, str] | None:
     if len(parts) != 2 or not all(parts):
         return None
     return parts[0], parts[1]
+
+
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def is_compact_jws(token: str) -> bool:
+    """Three base64url parts joined by dots: the only form kube-apiserver's token authenticators read (one that
+    starts with `{`, the JWS JSON serialization jwcrypto would also take, is refused there)."""
+    parts = token.split(".")
+    return len(parts) == 3 and all(_B64URL.fullmatch(p) for p in parts)
 
 
 def unverified_claims(token: str) -> dict | None:
@@ -153,6 +164,8 @@ class ServiceAccountIssuer:
         authenticator's.
         """
         wanted = self.api_audiences if audiences is None else list(audiences)
+        if not is_compact_jws(token):
+            raise TokenInvalid("token is not a compact JWS")
         parsed = jws.JWS()
         try:
             parsed.deserialize(token)
