@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import pathlib
 import signal
+import subprocess
 import time
 
 import pytest
@@ -28,6 +30,20 @@ def peering_children(pid: int, count: int, timeout: float = START_TIMEOUT) -> li
         time.sleep(0.05)  # bounded poll: /proc has nothing to wait on
 
 
+def _tree(pid: int) -> dict[int, str]:
+    """The live descendants of `pid` with their state and command line, for a failure's message."""
+    found, todo = {}, [pid]
+    while todo:
+        for child, cmd in children(todo.pop()).items():
+            try:
+                state = pathlib.Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            found[child] = f"{state} {cmd[:200]}"
+            todo.append(child)
+    return found
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_demo_stops_the_lab_and_fails(tmp_path, sig, demo_apiserver):
     proc, out = start_demo(tmp_path, demo_apiserver)
@@ -36,7 +52,11 @@ def test_an_interrupted_demo_stops_the_lab_and_fails(tmp_path, sig, demo_apiserv
         pids = peering_children(proc.pid, 2)
         # Only the demo gets the signal, not its process group: it must stop its children itself.
         proc.send_signal(sig)
-        code = proc.wait(60)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the demo did not stop within 60 s of {sig.name}; its processes: "
+                                 f"{_tree(proc.pid)}; it printed:\n{out.read_text(errors='replace')}") from None
         text = out.read_text(errors="replace")
         assert code == 130, text
         assert "interrupted; stopping the lab" in text
