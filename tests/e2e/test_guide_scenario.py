@@ -16,6 +16,8 @@ pytestmark = [pytest.mark.slow, needs_peering, pytest.mark.timeout(180)]
 
 
 def test_the_guide_on_two_clusters(guide_story):
+    # Enabling the module: its ModuleConfig, then PHASE Ready.
+    guide_story.step0_enable()
     # Creating an invitation, connecting: Active and Ready on both sides.
     guide_story.step1_invite()
     guide_story.step2_join()
