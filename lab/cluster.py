@@ -60,8 +60,10 @@ MODULE_CRDS = ROOT / "charts" / "peering" / "crds"
 CHART = ROOT / "charts" / "peering"
 LAB_CRDS = pathlib.Path(__file__).resolve().parent / "apiserver" / "crds"
 NAMESPACE = "d8-peering"
+# The CRDs of Deckhouse's module manager (lab/module_manager.py), which no lab cluster starts without.
+MODULE_MANAGER_CRDS = ("moduleconfigs.deckhouse.io", "modules.deckhouse.io")
 EGRESS_HOST = "peering-gateway.d8-peering.svc"
-# The module's Dex client, as user-authn makes it from the chart's DexClient `peering` (lab/userauthn.py).
+# The module's Dex client, as user-authn makes it from the chart's DexClient `peering` (lab/userauthn_module.py).
 DEX_CLIENT_ID = MODULE_DEX_CLIENT_ID
 DEX_CLIENT_SECRET_NAME = MODULE_DEX_CLIENT_SECRET_NAME
 # Every default Deckhouse cluster's ServiceAccount issuer, so every lab cluster's (each with its own key).
@@ -169,7 +171,8 @@ def _ignore_exists(call: Callable[[], Any]) -> Any:
 
 
 def known_crds() -> list[str]:
-    """The CRDs a lab cluster installs at start: the lab's (Project, TokenExchangeProvider) and the module's."""
+    """The CRDs a lab cluster installs at start: the lab's (Project, TokenExchangeProvider, ModuleConfig, Module) and
+    the module's."""
     names = []
     for path in sorted(LAB_CRDS.glob("*.yaml")) + sorted(MODULE_CRDS.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
@@ -185,11 +188,15 @@ def check_crd_names(names) -> list[str]:
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown CRD {', '.join(unknown)}: name a CRD the lab installs, one of {', '.join(known)}")
+    kept = [n for n in names if n in MODULE_MANAGER_CRDS]
+    if kept:
+        raise ValueError(f"CRD {', '.join(kept)} is Deckhouse's own, which its module manager needs (every Deckhouse "
+                         "cluster has it): leave out another")
     return names
 
 
 def crd_documents() -> dict[str, dict]:
-    """Every CRD a lab cluster knows, by name: the lab's (Project, TokenExchangeProvider), then the module's."""
+    """Every CRD a lab cluster knows, by name: the lab's (lab/apiserver/crds/), then the module's."""
     docs: dict[str, dict] = {}
     for path in sorted(LAB_CRDS.glob("*.yaml")) + sorted(MODULE_CRDS.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
@@ -319,7 +326,7 @@ class LabCluster:
             return
         from lab.apiserver.app import ApiServer
 
-        # The emulator always loads its own lab CRDs (Project, TokenExchangeProvider); the module's come from the chart.
+        # The emulator always loads its own lab CRDs (lab/apiserver/crds/); the module's come from the chart.
         crds = sorted(MODULE_CRDS.glob("*.yaml"))
         self.api = ApiServer(
             name=self.name, crd_paths=crds, serving_cert_pem=self.pki.api.cert_pem,

@@ -208,8 +208,12 @@ class WebhookServer:
         try:
             review = await request.json()
         except ValueError:
-            return web.json_response({"message": "the body is not an AdmissionReview"}, status=400)
-        return web.json_response(review_response(review if isinstance(review, dict) else {}, self.known))
+            response = web.json_response({"message": "the body is not an AdmissionReview"}, status=400)
+        else:
+            response = web.json_response(review_response(review if isinstance(review, dict) else {}, self.known))
+        # One review a connection: no connection is left idle for the shutdown to cut, on this thread's loop.
+        response.force_close()
+        return response
 
     async def _serve(self, started: asyncio.Future) -> None:
         app = web.Application()

@@ -65,19 +65,27 @@ async def test_the_dex_client_is_seeded_as_user_authn_makes_it(cluster):
     assert DEX_CLIENT_ID in cluster.dex.clients["kubernetes"].trusted_peers
 
 
-async def test_exchanged_token_authenticates_to_the_api_server(cluster):
-    api = cluster.api
+async def ready_provider(api) -> None:
+    """The peer's TokenExchangeProvider `peering-b`, applied by user-authn."""
     api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "TokenExchangeProvider",
                 "metadata": {"name": "peering-b"},
                 "spec": {"issuer": PEER_ISSUER, "jwks": json.dumps({"keys": [PEER_KEY.export_public(as_dict=True)]}),
                          "usernamePrefix": PREFIX, "audiences": ["peering.deckhouse.io/a-uuid/cap"]}})
     await wait_ready(api, "peering-b")
 
-    # The gateway's credentials, as it reads them: the Secret's clientSecret and the derived ID.
+
+def module_basic_auth(api) -> str:
+    """The gateway's credentials, as it reads them: the Secret's clientSecret and the derived ID."""
     secret = api.get("", "secrets", DEX_CLIENT_SECRET_NAME, "d8-peering")
     client_secret = base64.b64decode(secret["data"]["clientSecret"]).decode()
+    return "Basic " + base64.b64encode(f"{quote_plus(DEX_CLIENT_ID)}:{quote_plus(client_secret)}".encode()).decode()
+
+
+async def test_exchanged_token_authenticates_to_the_api_server(cluster):
+    api = cluster.api
+    await ready_provider(api)
     ctx = certs.client_ssl_context(cluster.pki.public_ca.cert_pem)
-    basic = "Basic " + base64.b64encode(f"{quote_plus(DEX_CLIENT_ID)}:{quote_plus(client_secret)}".encode()).decode()
+    basic = module_basic_auth(api)
 
     async with aiohttp.ClientSession() as http:
         async def exchange(**fields):
@@ -149,16 +157,10 @@ async def test_without_publish_api_dex_has_no_kubernetes_client_and_answers_500(
     it every exchange asking for the `kubernetes` audience is Dex's 500 server_error, while the module's client
     still authenticates and an exchange without the audience still works."""
     api = cluster.api
-    api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "TokenExchangeProvider",
-                "metadata": {"name": "peering-b"},
-                "spec": {"issuer": PEER_ISSUER, "jwks": json.dumps({"keys": [PEER_KEY.export_public(as_dict=True)]}),
-                         "usernamePrefix": PREFIX, "audiences": ["peering.deckhouse.io/a-uuid/cap"]}})
-    await wait_ready(api, "peering-b")
+    await ready_provider(api)
     config = api.get("deckhouse.io", "moduleconfigs", "user-authn")
     assert config["spec"]["settings"]["publishAPI"]["enabled"] is True, "the lab's clusters start with publishAPI"
-    secret = api.get("", "secrets", DEX_CLIENT_SECRET_NAME, "d8-peering")
-    client_secret = base64.b64decode(secret["data"]["clientSecret"]).decode()
-    basic = "Basic " + base64.b64encode(f"{quote_plus(DEX_CLIENT_ID)}:{quote_plus(client_secret)}".encode()).decode()
+    basic = module_basic_auth(api)
     ctx = certs.client_ssl_context(cluster.pki.public_ca.cert_pem)
 
     async def exchange(scope: str) -> tuple[int, dict]:
