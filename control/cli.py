@@ -149,6 +149,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _check_timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds; give e.g. 5 or 2.5") from None
+    if not 0.1 <= value <= 300:
+        raise argparse.ArgumentTypeError(f"{text} seconds: give a probe from 0.1 to 300 seconds")
+    return value
+
+
 def _add_check(sub) -> None:
     ck = sub.add_parser("check", help="check everything the module and each peering depend on (read-only)",
                         description="Check, read-only with your kubeconfig, what the guide's Preparation and each "
@@ -176,6 +186,9 @@ def _add_check(sub) -> None:
     ck.add_argument("--dex-url", help="this cluster's Dex (default: the Deployment's, else https://dex.<domain>/)")
     ck.add_argument("--resolve", action="append", default=[], metavar="HOST=IP:PORT",
                     help="send connections to HOST to IP:PORT (repeatable): a lab's names, a port-forward")
+    ck.add_argument("--timeout", type=_check_timeout, default=5.0, metavar="SECONDS",
+                    help="how long each probe of the network (names, join endpoint, entrances, Dex, each peer) may "
+                         "take before it fails as not answering (default 5)")
 
 
 def parser(prog: str = "peering") -> argparse.ArgumentParser:
@@ -344,7 +357,7 @@ def peering_check(args: argparse.Namespace) -> int:
             raise ValueError("--namespace goes with --consumer NS/SA")
         options = Options(kubeconfig=args.kubeconfig, peer=args.peer, consumer=consumer,
                           public_domain_template=args.public_domain_template, dex_url=args.dex_url,
-                          resolve=parse_resolve_args(args.resolve))
+                          resolve=parse_resolve_args(args.resolve), timeout=args.timeout)
     except ValueError as exc:
         print(f"peering check: {exc}", file=sys.stderr)
         return 2

@@ -49,15 +49,9 @@ import yaml
 from lab import certs, multitenancy
 from lab.dex import Dex
 from lab.ingress import Ingress, TcpPassthrough
-from lab.userauthn import (
-    KUBERNETES_CLIENT_ID,
-    MODULE_DEX_CLIENT_ID,
-    MODULE_DEX_CLIENT_NAME,
-    MODULE_DEX_CLIENT_SECRET_NAME,
-    UserAuthn,
-    dex_client_secret,
-    register_dex_client,
-)
+from lab.module_manager import GROUP as DECKHOUSE_GROUP, PEERING, USER_AUTHN, ModuleManager
+from lab.userauthn import UserAuthn
+from lab.userauthn_module import MODULE_DEX_CLIENT_ID, MODULE_DEX_CLIENT_SECRET_NAME
 
 log = logging.getLogger(__name__)
 
@@ -66,19 +60,18 @@ MODULE_CRDS = ROOT / "charts" / "peering" / "crds"
 CHART = ROOT / "charts" / "peering"
 LAB_CRDS = pathlib.Path(__file__).resolve().parent / "apiserver" / "crds"
 NAMESPACE = "d8-peering"
+# The CRDs of Deckhouse's module manager (lab/module_manager.py), which no lab cluster starts without.
+MODULE_MANAGER_CRDS = ("moduleconfigs.deckhouse.io", "modules.deckhouse.io")
 EGRESS_HOST = "peering-gateway.d8-peering.svc"
-# The module's Dex client, as user-authn makes it from the chart's DexClient `peering` (lab/userauthn.py).
+# The module's Dex client, as user-authn makes it from the chart's DexClient `peering` (lab/userauthn_module.py).
 DEX_CLIENT_ID = MODULE_DEX_CLIENT_ID
 DEX_CLIENT_SECRET_NAME = MODULE_DEX_CLIENT_SECRET_NAME
 # Every default Deckhouse cluster's ServiceAccount issuer, so every lab cluster's (each with its own key).
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-# The modules a lab cluster has enabled, as global.enabledModules: user-authn (required), cert-manager (the https
-# mode), multitenancy-manager (Projects). No monitoring or VPA modules, so none of their objects are rendered.
-LAB_ENABLED_MODULES = ("user-authn", "cert-manager", "multitenancy-manager")
-# Namespaces first, roles before their bindings: the order an install needs; other kinds after these.
-INSTALL_ORDER = ("Namespace", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
-# The peering process gets a token that outlives any lab run.
-PEERING_TOKEN_SECONDS = 7 * 24 * 3600
+# The modules a lab cluster has enabled besides those its module manager keeps (user-authn and peering), as
+# global.enabledModules says: cert-manager (the https mode) and multitenancy-manager (Projects). No monitoring or VPA
+# modules, so none of their objects are rendered.
+OTHER_MODULES = ("cert-manager", "multitenancy-manager")
 READY_TIMEOUT = 90.0
 # What answers as a lab cluster's API server: the emulator (lab/apiserver/, in this process, the fast default) or a
 # real etcd + kube-apiserver + kube-controller-manager (lab/real/, processes; `cluster.api` is then lab/kubeapi.py).
@@ -178,7 +171,8 @@ def _ignore_exists(call: Callable[[], Any]) -> Any:
 
 
 def known_crds() -> list[str]:
-    """The CRDs a lab cluster installs at start: the lab's (Project, TokenExchangeProvider) and the module's."""
+    """The CRDs a lab cluster installs at start: the lab's (Project, TokenExchangeProvider, ModuleConfig, Module) and
+    the module's."""
     names = []
     for path in sorted(LAB_CRDS.glob("*.yaml")) + sorted(MODULE_CRDS.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
@@ -194,11 +188,15 @@ def check_crd_names(names) -> list[str]:
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown CRD {', '.join(unknown)}: name a CRD the lab installs, one of {', '.join(known)}")
+    kept = [n for n in names if n in MODULE_MANAGER_CRDS]
+    if kept:
+        raise ValueError(f"CRD {', '.join(kept)} is Deckhouse's own, which its module manager needs (every Deckhouse "
+                         "cluster has it): leave out another")
     return names
 
 
 def crd_documents() -> dict[str, dict]:
-    """Every CRD a lab cluster knows, by name: the lab's (Project, TokenExchangeProvider), then the module's."""
+    """Every CRD a lab cluster knows, by name: the lab's (lab/apiserver/crds/), then the module's."""
     docs: dict[str, dict] = {}
     for path in sorted(LAB_CRDS.glob("*.yaml")) + sorted(MODULE_CRDS.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
@@ -228,7 +226,7 @@ class LabCluster:
 
     def __init__(self, name: str, dir: os.PathLike | str, *, peering_command: PeeringCommand | None = default_peering_command,
                  ready_timeout: float = READY_TIMEOUT, without_crds=(), apiserver: str = "emulator",
-                 api_front: bool = False, replicas: int = 1) -> None:
+                 api_front: bool = False, replicas: int = 1, module_enabled: bool = True) -> None:
         check_cluster_name(name)
         self.apiserver = check_apiserver(apiserver)
         # On the real backend: the peering process reaches kube-apiserver through lab/apifront.py, so that a test
@@ -246,7 +244,15 @@ class LabCluster:
         self.uuid = str(uuid.uuid4())
         # As Deckhouse's Dex: the issuer ends with a slash (its `iss` must match kube-apiserver's issuer URL exactly).
         self.dex_issuer = f"https://dex.{name}.lab/"
+        self.public_domain_template = f"%s.{name}.lab"
         self.dex_client_secret = secrets.token_urlsafe(32)
+        # Whether the cluster starts with ModuleConfig peering enabling the module (the guide's step, done before);
+        # without, the module is enabled as the guide says, with a ModuleConfig.
+        self.module_enabled = module_enabled
+        self.modules: ModuleManager | None = None
+        # The module's ServiceAccount token for its process, once the module manager installed it.
+        self._peering_token: str | None = None
+        self._controllers_started = False
         self.api: Any = None
         # The real backend's processes (lab.real.RealControlPlane); None on the emulator.
         self.control_plane: Any = None
@@ -320,7 +326,7 @@ class LabCluster:
             return
         from lab.apiserver.app import ApiServer
 
-        # The emulator always loads its own lab CRDs (Project, TokenExchangeProvider); the module's come from the chart.
+        # The emulator always loads its own lab CRDs (lab/apiserver/crds/); the module's come from the chart.
         crds = sorted(MODULE_CRDS.glob("*.yaml"))
         self.api = ApiServer(
             name=self.name, crd_paths=crds, serving_cert_pem=self.pki.api.cert_pem,
@@ -334,10 +340,8 @@ class LabCluster:
         await self.seed()
 
     async def _start_dex(self) -> None:
+        # Its clients are user-authn's to make (lab/userauthn_module.py), once the module manager runs.
         self.dex = Dex(self.dex_issuer, certs.server_ssl_context(self.pki.dex))
-        # kube-apiserver's client, then the module's, trusted by it (the DexClient's allow-access annotation).
-        self.dex.add_client(KUBERNETES_CLIENT_ID, secrets.token_urlsafe(32))
-        register_dex_client(self.dex, MODULE_DEX_CLIENT_NAME, NAMESPACE, self.dex_client_secret)
         await self.dex.start()
 
     async def _start_balancers(self) -> None:
@@ -412,12 +416,48 @@ class LabCluster:
         return multitenancy.add_project_namespace(self.api, project, suffix)
 
     async def start_controllers(self) -> None:
-        """user-authn, then the peering process, with `self.resolve` and `self.trusted_ca_pems` complete."""
+        """user-authn, then the module manager's processes (the peering process), with `self.resolve` and
+        `self.trusted_ca_pems` complete."""
         self._write_trust()
-        ctx = certs.client_ssl_context(b"".join(self.trusted_ca_pems))
-        self.userauthn = UserAuthn(self.api, self.dex, ssl_context=ctx, resolve=self.process_resolve())
-        await self.userauthn.start()
-        await self.start_peering()
+        self._controllers_started = True
+        if USER_AUTHN in self.modules.enabled:
+            await self.user_authn_up()
+        await self.modules.run()
+        if self.peering_state == "not started":
+            self.peering_state = "not running: the peering module is disabled (ModuleConfig peering)"
+
+    # --- what the module manager does to the cluster (lab/module_manager.py) ---
+
+    async def user_authn_up(self) -> None:
+        """user-authn enabled: Dex answers, and its controller serves TokenExchangeProviders once it may start."""
+        if not self.dex.running:
+            await self.dex.start()
+        if self._controllers_started and self.userauthn is None:
+            ctx = certs.client_ssl_context(b"".join(self.trusted_ca_pems))
+            self.userauthn = UserAuthn(self.api, self.dex, ssl_context=ctx, resolve=self.process_resolve())
+            await self.userauthn.start()
+
+    async def user_authn_down(self) -> None:
+        """user-authn disabled: its controller stops and Dex goes away (its clients are kept for a re-enable)."""
+        if self.userauthn is not None:
+            await self.userauthn.stop()
+            self.userauthn = None
+        await self.dex.stop()
+
+    def peering_token(self, token: str) -> None:
+        """The module's ServiceAccount token, which its process runs with (`peering-kubeconfig`)."""
+        self._peering_token = token
+        if self._services_started:
+            self._write_files()
+
+    async def peering_up(self) -> None:
+        """The module's "Deployment": its processes start, once the cluster may start them."""
+        if self._controllers_started:
+            await self.start_peering()
+
+    async def peering_down(self) -> None:
+        await self.stop_peering()
+        self.peering_state = "not running: the peering module is disabled"
 
     async def start_peering(self) -> None:
         """Start every replica of the peering process (`replicas`), concurrently; each joins the balancers once its
@@ -593,6 +633,8 @@ class LabCluster:
     async def stop(self) -> None:
         """Stop everything this cluster started, the peering process first, whatever state it is in."""
         await self.stop_peering()
+        if self.modules is not None:
+            await self.modules.stop()
         if self.userauthn is not None:
             await self.userauthn.stop()
             self.userauthn = None
@@ -612,53 +654,31 @@ class LabCluster:
     # --- seeding ---
 
     async def seed(self) -> None:
-        """What a fresh Deckhouse cluster with the module enabled holds, minus the module's own Deployment."""
+        """What a fresh Deckhouse cluster holds: its namespaces and UUID, and the module manager with the
+        ModuleConfigs global, user-authn (publishAPI on: the guide's preparation) and, unless the cluster starts
+        without the module, peering, which the module manager installs from charts/peering."""
         api = self.api
-        for ns in ("kube-system", "default", NAMESPACE):
+        for ns in ("kube-system", "default"):
             _ignore_exists(lambda ns=ns: api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
         api.create({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "d8-cluster-uuid", "namespace": "kube-system"},
                     "data": {"cluster-uuid": self.uuid}})
-        # What user-authn writes for the chart's DexClient `peering`: the secret alone, the ID being derived.
-        api.create(dex_client_secret(MODULE_DEX_CLIENT_NAME, NAMESPACE, self.dex_client_secret))
-        await self.install_chart_rbac()
-        sa = api.get("", "serviceaccounts", "peering", NAMESPACE)
-        if sa is None:
-            sa = api.create({"apiVersion": "v1", "kind": "ServiceAccount",
-                             "metadata": {"name": "peering", "namespace": NAMESPACE}})
-        # No audiences asked: the token gets the API server's own (--api-audiences), as `kubectl create token`.
-        token, _ = api.sa_issuer.issue(NAMESPACE, "peering", sa["metadata"]["uid"], [], PEERING_TOKEN_SECONDS)
-        self._peering_token = token
+        self.modules = ModuleManager(self, other_modules=OTHER_MODULES)
+        await self.modules.start(self.module_configs())
 
-    def chart_objects(self) -> list[dict]:
-        """The module's objects as Deckhouse renders them for this cluster (lab/deckhouse_module.py), of the kinds
-        the cluster's API server serves, in the order an install needs; `self.chart_skipped` names the rest. The
-        emulator serves the RBAC kinds and Namespace, ServiceAccount; a real kube-apiserver every built-in kind too
-        (the Deployment and Services are stored, and nothing runs them: the lab plays them itself), but not
-        cert-manager's Certificate or user-authn's DexClient."""
-        from lab import deckhouse_module
+    def module_configs(self) -> list[dict]:
+        """The ModuleConfigs the cluster starts with."""
+        def config(name: str, spec: dict) -> dict:
+            return {"apiVersion": f"{DECKHOUSE_GROUP}/v1alpha1", "kind": "ModuleConfig", "metadata": {"name": name},
+                    "spec": spec}
 
-        values = deckhouse_module.module_values(
-            {}, public_domain_template=f"%s.{self.name}.lab", cluster_uuid=self.uuid,
-            https={"mode": "CertManager", "certManager": {"clusterIssuerName": "letsencrypt"}},
-            enabled_modules=LAB_ENABLED_MODULES)
-        served, skipped = [], set()
-        for obj in deckhouse_module.render(values):
-            if self.api is not None and self.api.registry.by_kind(obj["apiVersion"], obj["kind"]) is None:
-                skipped.add(f"{obj['apiVersion']}/{obj['kind']}")
-            else:
-                served.append(obj)
-        self.chart_skipped = sorted(skipped)
-        served.sort(key=lambda o: INSTALL_ORDER.index(o["kind"]) if o["kind"] in INSTALL_ORDER else len(INSTALL_ORDER))
-        return served
-
-    async def install_chart_rbac(self) -> None:
-        """Install the module from charts/peering as Deckhouse would, every object of a kind the emulator serves."""
-        objs = await asyncio.to_thread(self.chart_objects)
-        for obj in objs:
-            _ignore_exists(lambda obj=obj: self.api.create(obj))
-        log.info("cluster %s: installed %d objects of charts/peering; not served by its API server (%s): %s",
-                 self.name, len(objs), self.apiserver, ", ".join(self.chart_skipped) or "none")
+        https = {"mode": "CertManager", "certManager": {"clusterIssuerName": "letsencrypt"}}
+        out = [config("global", {"version": 2, "settings": {"modules": {
+                   "publicDomainTemplate": self.public_domain_template, "https": https}}}),
+               config(USER_AUTHN, {"enabled": True, "version": 2, "settings": {"publishAPI": {"enabled": True}}})]
+        if self.module_enabled:
+            out.append(config(PEERING, {"enabled": True}))
+        return out
 
     # --- files ---
 
@@ -677,9 +697,10 @@ class LabCluster:
         # JSON, which every YAML reader reads the same: Go's YAML 1.1 takes an unquoted cluster name `y`, `n`, `on`
         # or `off` for a boolean, and PyYAML does not quote them.
         _write(self.path("kubeconfig"), json.dumps(admin, indent=2))
-        peering = kubeconfig(self.name, self.front.url if self.front is not None else server, self.pki.public_ca.cert_pem,
-                             tls_name, {"token": self._peering_token})
-        _write(self.path("peering-kubeconfig"), json.dumps(peering, indent=2))
+        if self._peering_token is not None:
+            peering = kubeconfig(self.name, self.front.url if self.front is not None else server,
+                                 self.pki.public_ca.cert_pem, tls_name, {"token": self._peering_token})
+            _write(self.path("peering-kubeconfig"), json.dumps(peering, indent=2))
 
     def info(self) -> dict:
         """This cluster's entry in lab.json."""
@@ -687,7 +708,7 @@ class LabCluster:
             "name": self.name,
             "uuid": self.uuid,
             "apiserver": self.apiserver,
-            "publicDomainTemplate": f"%s.{self.name}.lab",
+            "publicDomainTemplate": self.public_domain_template,
             "apiServer": f"https://127.0.0.1:{self.api.port}",
             "dexIssuer": self.dex_issuer,
             "dexClientID": DEX_CLIENT_ID,
@@ -736,11 +757,13 @@ class Lab:
 
     def __init__(self, dir: os.PathLike | str, names: list[str], *, peering_command: PeeringCommand | None = default_peering_command,
                  ready_timeout: float = READY_TIMEOUT, without_crds=(), apiserver: str = "emulator",
-                 api_front: bool = False, replicas: int = 1) -> None:
+                 api_front: bool = False, replicas: int = 1, module_enabled: bool = True) -> None:
         """without_crds: CRD names every cluster starts without, or a mapping of cluster name to such names.
         apiserver: "emulator" (in this process) or "real" (etcd, kube-apiserver, kube-controller-manager).
         api_front: on the real backend, the peering processes reach kube-apiserver through lab/apifront.py.
-        replicas: peering processes per cluster, behind its ingress and passthroughs (the chart runs 2)."""
+        replicas: peering processes per cluster, behind its ingress and passthroughs (the chart runs 2).
+        module_enabled: False starts every cluster without ModuleConfig peering: the module is enabled as the guide
+        says, with a ModuleConfig (lab/module_manager.py)."""
         check_apiserver(apiserver)
         self.apiserver = apiserver
         self.replicas = replicas
@@ -756,7 +779,7 @@ class Lab:
         self.dir = pathlib.Path(dir)
         self.clusters = {n: LabCluster(n, self.dir, peering_command=peering_command, ready_timeout=ready_timeout,
                                        without_crds=per_cluster[n], apiserver=apiserver, api_front=api_front,
-                                       replicas=replicas)
+                                       replicas=replicas, module_enabled=module_enabled)
                          for n in names}
 
     def __getitem__(self, name: str) -> LabCluster:

@@ -79,6 +79,70 @@ def with_defaults(schema: dict, value: Any) -> Any:
     return value
 
 
+def definition(module_dir: pathlib.Path = MODULE_DIR) -> dict:
+    """module.yaml: the module's name, namespace, stage, requirements and disable options, as Deckhouse reads them."""
+    return _load_yaml(module_dir / "module.yaml")
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return {str: "string", list: "array", dict: "object", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _go(value: Any) -> str:
+    """A value as Go's %v prints it in go-openapi's messages: lists as [a b], numbers without a trailing .0."""
+    if isinstance(value, list):
+        return "[" + " ".join(_go(v) for v in value) + "]"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def openapi_errors(schema: dict, value: Any, root: str) -> list[str]:
+    """What addon-operator's go-openapi validator says of `value` (the settings with their defaults, under `root`,
+    the module's values key), one message a problem, in its words: `<root>.<path> in body should ...`."""
+    import jsonschema
+
+    out = []
+    for e in jsonschema.Draft7Validator(_json_schema(schema)).iter_errors(value):
+        path = ".".join([root, *(str(p) for p in e.absolute_path)])
+        keyword, want = e.validator, e.validator_value
+        if keyword == "additionalProperties":
+            known = set((e.schema.get("properties") or {}))
+            out += [f"{path}.{extra} in body is a forbidden property" for extra in sorted(set(e.instance) - known)]
+        elif keyword == "required":
+            out += [f"{path}.{field} in body is required" for field in want if field not in e.instance]
+        else:
+            words = {
+                "type": f"must be of type {want}: \"{_json_type(e.instance)}\"",
+                "enum": f"should be one of {_go(want)}",
+                "minimum": f"should be greater than or equal to {_go(want)}",
+                "maximum": f"should be less than or equal to {_go(want)}",
+                "exclusiveMinimum": f"should be greater than {_go(want)}",
+                "exclusiveMaximum": f"should be less than {_go(want)}",
+                "pattern": f"should match '{want}'",
+                "minLength": f"should be at least {want} chars long",
+                "maxLength": f"should be at most {want} chars long",
+                "minItems": f"should have at least {want} items",
+                "maxItems": f"should have at most {want} items",
+            }
+            out.append(f"{path} in body {words.get(keyword, e.message)}")
+    return sorted(out)
+
+
+def multierror_text(problems: list[str]) -> str:
+    """hashicorp/go-multierror's text of several errors, as Deckhouse flattens it into one line (each line trimmed
+    and put after a space): ` 1 error occurred: * <problem>  `."""
+    head = "1 error occurred:" if len(problems) == 1 else f"{len(problems)} errors occurred:"
+    text = "\n".join([head, *(f"\t* {p}" for p in problems), "", ""])
+    return "".join(" " + part.strip() for part in text.split("\n"))
+
+
 def validate(schema: dict, value: Any, where: str) -> None:
     """Raise SettingsError naming the first bad setting, its value and what the schema wants."""
     import jsonschema

@@ -1,5 +1,4 @@
-"""The lab's user-authn: turns TokenExchangeProvider objects into Dex connectors and reports on them, and makes
-Dex clients of DexClients as user-authn does.
+"""The lab's user-authn: turns TokenExchangeProvider objects into Dex connectors and reports on them.
 
 TokenExchangeProvider is the contract the module assumes of Deckhouse's user-authn (docs/user-authn-contract.md;
 no Deckhouse release has it): for each cluster-scoped `deckhouse.io/v1alpha1` TokenExchangeProvider, Dex gets a
@@ -26,10 +25,8 @@ Lab only: the annotation `lab.deckhouse.io/fail: ApplyError|DiscoveryFailed` mak
 reason on purpose, and `lab.deckhouse.io/delay-seconds: "N"` makes user-authn take N seconds before it applies
 a change, so that tests (also through kubectl, from other processes) can see the module wait for it.
 
-DexClient (real user-authn, deckhouse.io/v1): a DexClient `<name>` in namespace `<ns>` becomes the Dex client
-`dex-client-<name>@<ns>` whose secret is in Secret `<ns>/dex-client-<name>`, key `clientSecret`; with the
-annotation `dexclient.deckhouse.io/allow-access-to-kubernetes: "true"` it is also listed in `trustedPeers` of
-Dex's `kubernetes` client. `register_dex_client` does exactly that; the names are the constants below.
+The Dex clients user-authn makes of its settings and of DexClients (the `kubernetes` client only with
+`publishAPI.enabled`) are lab/userauthn_module.py's.
 
 The rules are plain functions (`spec_problem`, `prefix_conflicts`, `ready_condition`, `status_patch`); the class
 `UserAuthn` only watches, fetches discovery documents and writes.
@@ -38,7 +35,6 @@ The rules are plain functions (`spec_problem`, `prefix_conflicts`, `ready_condit
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime
 import json
 import logging
@@ -61,13 +57,6 @@ VERSION = "v1alpha1"
 PLURAL = "tokenexchangeproviders"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
-# Dex clients as user-authn makes them from DexClient objects.
-KUBERNETES_CLIENT_ID = "kubernetes"
-ALLOW_ACCESS_ANNOTATION = "dexclient.deckhouse.io/allow-access-to-kubernetes"
-DEX_CLIENT_SECRET_KEY = "clientSecret"
-# The peering module's DexClient, as its chart templates it.
-MODULE_DEX_CLIENT_NAME = "peering"
-MODULE_NAMESPACE = "d8-peering"
 FAIL_ANNOTATION = "lab.deckhouse.io/fail"
 DELAY_ANNOTATION = "lab.deckhouse.io/delay-seconds"
 FAILABLE = ("ApplyError", "DiscoveryFailed")
@@ -75,41 +64,6 @@ FAILABLE = ("ApplyError", "DiscoveryFailed")
 DISCOVERY_RETRY_SECONDS = 5.0
 # The most a provider may ask user-authn to dawdle; a typo must not wedge a test for an hour.
 MAX_DELAY_SECONDS = 600.0
-
-
-def dex_client_id(name: str, namespace: str) -> str:
-    """The Dex client ID user-authn gives DexClient `name` in `namespace`."""
-    return f"dex-client-{name}@{namespace}"
-
-
-def dex_client_secret_name(name: str) -> str:
-    """The Secret (in the DexClient's namespace) in which user-authn writes the client's secret."""
-    return f"dex-client-{name}"
-
-
-MODULE_DEX_CLIENT_ID = dex_client_id(MODULE_DEX_CLIENT_NAME, MODULE_NAMESPACE)
-MODULE_DEX_CLIENT_SECRET_NAME = dex_client_secret_name(MODULE_DEX_CLIENT_NAME)
-
-
-def dex_client_secret(name: str, namespace: str, secret: str) -> dict:
-    """The Secret user-authn writes for DexClient `name`: key `clientSecret` only (the ID is derived)."""
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": dex_client_secret_name(name), "namespace": namespace},
-            "data": {DEX_CLIENT_SECRET_KEY: base64.b64encode(secret.encode()).decode()}}
-
-
-def register_dex_client(dex: Dex, name: str, namespace: str, secret: str, *,
-                        allow_access_to_kubernetes: bool = True) -> str:
-    """Configure Dex for DexClient `name` in `namespace` as user-authn does; returns the client ID.
-
-    With allow_access_to_kubernetes (the DexClient's annotation set to "true"), Dex's `kubernetes` client trusts
-    the new client, so its tokens may carry audience `kubernetes` (scope audience:server:client_id:kubernetes).
-    """
-    client_id = dex_client_id(name, namespace)
-    dex.add_client(client_id, secret)
-    if allow_access_to_kubernetes:
-        dex.add_trusted_peer(KUBERNETES_CLIENT_ID, client_id)
-    return client_id
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 found nothing, was not allowed, or is of an API this server does not serve, so that the judgement
 (`control.check.judge`) can tell "broken" from "cannot see with this role" and from "not a Deckhouse cluster".
 
-The reads: the Module `peering` and `user-authn` (deckhouse.io/v1alpha1 modules), the ModuleConfigs `peering` and
-`global`, the namespace `d8-peering`, the Deployment `peering` and its Pods, the Lease `peering`, the Secret of the
+The reads: the Module `peering` and `user-authn` (deckhouse.io/v1alpha1 modules), the ModuleConfigs `peering`,
+`global` and `user-authn` (whether Dex has its `kubernetes` client), the DexAuthenticators (deckhouse.io/v1; one
+allowed access to Kubernetes gives Dex that client too), the namespace `d8-peering`, the Deployment `peering` and its Pods, the Lease `peering`, the Secret of the
 Dex client, the module's certificate Secrets and each peering's `peer-<name>` (Secrets: an administrator's
 view; the viewer role is told it cannot read them), the ClusterPeers, PeeringCapabilities and ProjectPeers, and
 whether TokenExchangeProviders are served.
@@ -24,6 +25,7 @@ from control.kube import (CLUSTERPEERS, LEASES, NAMESPACES, PEERINGCAPABILITIES,
 
 MODULES = Resource("deckhouse.io", "v1alpha1", "modules", False, "Module")
 MODULECONFIGS = Resource("deckhouse.io", "v1alpha1", "moduleconfigs", False, "ModuleConfig")
+DEXAUTHENTICATORS = Resource("deckhouse.io", "v1", "dexauthenticators", True, "DexAuthenticator")
 DEPLOYMENTS = Resource("apps", "v1", "deployments", True, "Deployment")
 PODS = Resource("", "v1", "pods", True, "Pod")
 #: The module's objects, named as the chart names them.
@@ -65,6 +67,8 @@ class Facts:
     user_authn: Read = UNSERVED_READ
     module_config: Read = UNSERVED_READ
     global_config: Read = UNSERVED_READ
+    user_authn_config: Read = UNSERVED_READ
+    dex_authenticators: Read = UNSERVED_READ
     deployment: Read = UNSERVED_READ
     pods: Read = UNSERVED_READ
     lease: Read = UNSERVED_READ
@@ -129,12 +133,14 @@ class ClusterReader:
         """Everything the judgement needs; `peers` limits the per-peering Secrets read (None: every ClusterPeer)."""
         ns = self.namespace
         f = Facts(now=now, namespace=ns)
-        (f.module_namespace, f.module, f.user_authn, f.module_config, f.global_config, f.deployment, f.lease,
-         f.dex_secret, f.clusterpeers, f.capabilities, f.projectpeers) = await asyncio.gather(
+        (f.module_namespace, f.module, f.user_authn, f.module_config, f.global_config, f.user_authn_config,
+         f.dex_authenticators, f.deployment, f.lease, f.dex_secret, f.clusterpeers, f.capabilities,
+         f.projectpeers) = await asyncio.gather(
             self.get(NAMESPACES, ns), self.get(MODULES, "peering"), self.get(MODULES, "user-authn"),
-            self.get(MODULECONFIGS, "peering"), self.get(MODULECONFIGS, "global"), self.get(DEPLOYMENTS, DEPLOYMENT, ns),
-            self.get(LEASES, LEASE, ns), self.get(SECRETS, DEX_CLIENT_SECRET, ns), self.list(CLUSTERPEERS),
-            self.list(PEERINGCAPABILITIES), self.list(PROJECTPEERS))
+            self.get(MODULECONFIGS, "peering"), self.get(MODULECONFIGS, "global"),
+            self.get(MODULECONFIGS, "user-authn"), self.list(DEXAUTHENTICATORS),
+            self.get(DEPLOYMENTS, DEPLOYMENT, ns), self.get(LEASES, LEASE, ns), self.get(SECRETS, DEX_CLIENT_SECRET, ns),
+            self.list(CLUSTERPEERS), self.list(PEERINGCAPABILITIES), self.list(PROJECTPEERS))
         if f.deployment.ok:
             labels = ((f.deployment.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
             selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or None

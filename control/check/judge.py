@@ -266,53 +266,6 @@ def _self_check(f: Facts) -> Line | None:
     return None
 
 
-def user_authn_lines(f: Facts, dex_url: str, dex) -> list[Line]:
-    out = []
-    if f.user_authn.ok:
-        phase = (f.user_authn.obj.get("status") or {}).get("phase") or "Unknown"
-        out.append(ok("user-authn", "Module user-authn is Ready") if phase == "Ready" else
-                   fail("user-authn", f"Module user-authn is {phase}", "enable user-authn (ModuleConfig `user-authn`, "
-                        "spec.enabled: true): the peering module requires it", reason="UserAuthnNotReady"))
-    elif f.user_authn.state == MISSING:
-        out.append(fail("user-authn", "Deckhouse has no module user-authn", "check the Deckhouse release",
-                        reason="UserAuthnMissing"))
-    if f.providers_served is False:
-        out.append(fail("user-authn", "the API server does not serve tokenexchangeproviders.deckhouse.io: user-authn "
-                                      "is disabled, or has no TokenExchangeProvider support, so Dex cannot exchange "
-                                      "the peers' tokens", "enable user-authn at a version that serves "
-                                      "TokenExchangeProvider", reason="UserAuthnMissing"))
-    elif f.providers_served and not f.user_authn.ok:
-        out.append(ok("user-authn", "TokenExchangeProviders are served (no Module API here: judged by user-authn's "
-                                    "API)"))
-    body = dex.body if isinstance(dex.body, dict) else {}
-    if dex.status == 200 and body.get("token_endpoint"):
-        out.append(ok("dex", f"Dex answers at {dex_url} (issuer {body.get('issuer')})"))
-    elif dex.untrusted:
-        out.append(fail("dex", f"the certificate of Dex at {dex_url} is not trusted here: {dex.untrusted}",
-                        "the module must trust it too: check user-authn's certificate (https.mode)",
-                        reason="DexUntrusted"))
-    else:
-        got = f"HTTP {dex.status}" if dex.status is not None else dex.error
-        out.append(fail("dex", f"Dex does not answer its discovery document at {dex_url}: {got}",
-                        "check user-authn's Dex (`d8 k -n d8-user-authn get pods`) and the DNS record of dex.<domain>",
-                        reason="DexUnreachable"))
-    secret = f.dex_secret
-    if secret.ok:
-        has = bool(creds.secret_values(secret.obj).get("clientSecret"))
-        out.append(ok("dex client", f"the Secret {f.namespace}/dex-client-peering holds the module's client secret")
-                   if has else
-                   fail("dex client", f"the Secret {f.namespace}/dex-client-peering has no clientSecret",
-                        "user-authn writes it from the DexClient d8-peering/peering: check both", reason="NoDexSecret"))
-    elif secret.state == MISSING:
-        out.append(fail("dex client", f"there is no Secret {f.namespace}/dex-client-peering: token exchange fails",
-                        "user-authn writes it for the DexClient d8-peering/peering (`d8 k -n d8-peering get "
-                        "dexclient peering`); check that user-authn is enabled", reason="NoDexSecret"))
-    else:
-        out.append(_cant_read("dex client", f"the Secret {f.namespace}/dex-client-peering (the viewer role reads no "
-                                            "Secrets)", secret))
-    return out
-
-
 def certificate_text(pem: str, now: datetime.datetime) -> tuple[str, str]:
     """(status, text) of one certificate: "expired", "overdue" (past half of its renewal window) or "ok"."""
     end, renew = pki.not_after(pem), pki.renewal_time(pem)

@@ -1,5 +1,7 @@
 """The verdicts of `peering check` on one peering (pure): its phase and Ready reason, the age of its last sync,
-the certificates it holds and has issued, TokenExchangeReady, the effective capabilities and the paired projects.
+what the peer's entrance answers now (an offer pull made by the check, `probes.peer_offer`) and whether the status
+is older than that, the certificates it holds and has issued, TokenExchangeReady, the effective capabilities and
+the paired projects.
 """
 
 from __future__ import annotations
@@ -59,6 +61,50 @@ def sync_line(f: Facts, cp: dict) -> Line:
                     _fix(ready.get("reason", ""), ready.get("message", "")), reason=ready.get("reason", ""), peer=name)
     return ok("sync", f"the last pull worked; the peer's offer last changed {ago(f.now, last)} (a pull every 30 s; "
                       "an unchanged offer is not written again)", peer=name)
+
+
+def _status_of(f: Facts, cp: dict) -> str:
+    """What the ClusterPeer's status says of the peer, for a line that finds the status older than a probe."""
+    ready = _ready(cp)
+    last = parse_time(((cp.get("status") or {}).get("peer") or {}).get("lastSyncTime"))
+    return (f"Ready {ready.get('status', 'Unknown')} {ready.get('reason', '')}".rstrip()
+            + f", the last offer recorded {ago(f.now, last)}")
+
+
+def peer_entrance_line(f: Facts, cp: dict, secret: Read, answer) -> Line:
+    """The peer's entrance now: `answer` is the check's own offer pull (a peerclient Answer; None when it could not
+    be made); the line says when the ClusterPeer's status, written by the module's last pull, is older than it."""
+    name = cp["metadata"]["name"]
+    check = "peer entrance"
+    if secret.state == FORBIDDEN:
+        return warn(check, f"the peer's entrance cannot be probed: the Secret {f.namespace}/peer-{name} with this "
+                           "cluster's client certificate cannot be read with this role; the status above is the "
+                           "module's last pull", "run the check as an administrator who may read Secrets in "
+                           "d8-peering to probe the peer now", reason="Forbidden", peer=name)
+    values = creds.secret_values(secret.obj) if secret.ok else {}
+    entrance = values.get("peer-entrance") or "the peer's entrance"
+    if answer is None:
+        return warn(check, f"{entrance} was not probed: the peering's Secret holds no credentials to pull with",
+                    "see the certificates line", reason="NoCredentials", peer=name)
+    ready = _ready(cp)
+    says_fine = ready.get("status") == "True"
+    if answer.ok:
+        if ready.get("reason") in (cond.PEER_UNREACHABLE, cond.PEER_REFUSED_CERTIFICATE):
+            return warn(check, f"{entrance} answered an offer pull just now, but the status says "
+                               f"{_status_of(f, cp)}: the status is older than this probe",
+                        "nothing: the module's next pull (every 30 s) clears it", reason="StatusBehind", peer=name)
+        return ok(check, f"{entrance} answered an offer pull over mTLS just now (HTTP {answer.status})", peer=name)
+    behind = f"; the status ({_status_of(f, cp)}) is older than this probe" if says_fine else ""
+    if answer.refused_certificate:
+        return fail(check, f"{entrance} refused this cluster's client certificate just now: {answer.body}{behind}",
+                    _fix(cond.PEER_REFUSED_CERTIFICATE, ""), reason=cond.PEER_REFUSED_CERTIFICATE, peer=name)
+    if answer.status is None:
+        return fail(check, f"{entrance} does not answer from here: {answer.body}{behind}",
+                    _fix(cond.PEER_UNREACHABLE, ""), reason=cond.PEER_UNREACHABLE, peer=name)
+    reason = answer.body.get("reason") if isinstance(answer.body, dict) else ""
+    return fail(check, f"{entrance} answered the offer pull HTTP {answer.status}"
+                + (f" ({reason})" if reason else "") + behind,
+                _fix(cond.PEER_UNREACHABLE, ""), reason=cond.PEER_UNREACHABLE, peer=name)
 
 
 def certificates_line(f: Facts, cp: dict, secret: Read) -> Line:
@@ -176,10 +222,12 @@ def projects_line(f: Facts, cp: dict) -> Line:
     return ok("projects", f"{len(pairs)} paired: {listed}", peer=name)
 
 
-def peer_lines(f: Facts, cp: dict) -> list[Line]:
+def peer_lines(f: Facts, cp: dict, answer=None) -> list[Line]:
+    """One peering's lines; `answer` is the check's offer pull from the peer (None: not made)."""
     name = cp["metadata"]["name"]
     out = [state_line(f, cp)]
     if established(cp):
-        out += [sync_line(f, cp), certificates_line(f, cp, f.peer_secrets.get(name, Read(MISSING))),
+        secret = f.peer_secrets.get(name, Read(MISSING))
+        out += [sync_line(f, cp), peer_entrance_line(f, cp, secret, answer), certificates_line(f, cp, secret),
                 token_exchange_line(f, cp), capabilities_line(f, cp), projects_line(f, cp)]
     return out

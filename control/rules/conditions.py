@@ -94,6 +94,19 @@ class ProviderObservation:
     exchange_failure: tuple[str, str] | None = None
 
 
+def exchange_failure_hint(reason: str, message: str) -> str:
+    """What else a failed exchange may mean, said after the gateway's message. Dex answers 500 `server_error` (the
+    gateway's TokenExchangeMisconfigured, its message naming "500 server_error") not only when its `kubernetes`
+    client does not trust ours, but first of all when it has no `kubernetes` client: user-authn creates that client
+    only while its publishAPI is enabled, a kubeconfigGenerator entry exists, or a DexAuthenticator allows access
+    to Kubernetes, and publishAPI is off by default."""
+    if reason == reasons.TOKEN_EXCHANGE_MISCONFIGURED and "500 server_error" in message:
+        return ("; Dex answers so as well when it has no client 'kubernetes' at all, which user-authn creates only "
+                "while its publishAPI is enabled (or a kubeconfigGenerator entry, or a DexAuthenticator with "
+                "allowAccessToKubernetes): `d8 k peering check` says which")
+    return ""
+
+
 def token_exchange_condition(obs: ProviderObservation) -> Cond:
     """TokenExchangeReady exactly as the CRD reference lists its reasons."""
     if obs.api_absent is not None:
@@ -153,7 +166,7 @@ def token_exchange_condition(obs: ProviderObservation) -> Cond:
         if obs.exchange_failure is not None:
             reason, message = obs.exchange_failure
             return Cond("True", PROVIDER_READY, f"user-authn applied the provider, but the last token exchange "
-                                                f"failed ({reason}): {message}")
+                                                f"failed ({reason}): {message}{exchange_failure_hint(reason, message)}")
         return Cond("True", PROVIDER_READY, "Dex exchanges the tokens of the peer's consumers")
     reason = ready.get("reason")
     message = str(ready.get("message") or "")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import dataclasses
 import copy
 import json
 import logging
@@ -22,7 +23,7 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from lab.apiserver import conversion, decoding, discovery, errors, events, patch, protobuf, table, validation
+from lab.apiserver import admission, conversion, decoding, discovery, errors, events, patch, protobuf, table, validation
 from lab.apiserver.authcache import AuthCache
 from lab.apiserver.auth import impersonation, ownerrefs, rbac, reviews, sensitive
 from lab.apiserver.auth.authn import ANONYMOUS, Authenticator, bearer_token
@@ -209,6 +210,12 @@ def _load_yaml_documents(path: pathlib.Path) -> list[dict]:
         with open(f, encoding="utf-8") as fh:
             out += [d for d in yaml.safe_load_all(fh) if d]
     return out
+
+
+def _copied(body, copied: bool):
+    """The body itself for the write that counts; a deep copy for a dry run whose result admission reviews (the
+    writes change the dicts they are handed)."""
+    return copy.deepcopy(dict(body)) if copied else body
 
 
 def _write_of(info: RequestInfo, user: UserInfo, response: web.StreamResponse) -> Write:
@@ -701,7 +708,9 @@ class ApiServer:
             body = await self._decoded_body(request, res, fv)
             self._check_rbac_write(res, body, user, info.namespace)
             self._check_owner_references(res, body, None, user, info.namespace)
-            obj, warnings = self.objects.create(res, body, info.namespace, fv, self._dry_run(query))
+            obj, warnings = await self._admitted(
+                "create", res, info, user, self._dry_run(query),
+                lambda dry, copied: self.objects.create(res, _copied(body, copied), info.namespace, fv, dry))
             return _json_response(self._masker(res, user, attrs)(obj), 201,
                                   self._warnings_header(body.pop_warnings() + warnings))
         if verb == "update":
@@ -720,8 +729,10 @@ class ApiServer:
                 raise errors.invalid(res.plural, res.group, info.name, [validation.cause(
                     "FieldValueInvalid", "metadata.resourceVersion", "Invalid value: 0: must be specified for an "
                     "update")])
-            obj, warnings = self.objects.update(res, body, info.namespace, info.name, info.subresource or None,
-                                                fv, self._dry_run(query))
+            obj, warnings = await self._admitted(
+                "update", res, info, user, self._dry_run(query),
+                lambda dry, copied: self.objects.update(res, _copied(body, copied), info.namespace, info.name,
+                                                        info.subresource or None, fv, dry))
             return _json_response(self._masker(res, user, attrs)(obj), 200,
                                   self._warnings_header(body.pop_warnings() + warnings))
         if verb == "patch":
@@ -731,8 +742,10 @@ class ApiServer:
         if verb == "deletecollection":
             for obj in self._select(res, info, query):
                 try:
-                    self.objects.delete(res, obj["metadata"].get("namespace"), obj["metadata"]["name"],
-                                        query.get("propagationPolicy"))
+                    one = dataclasses.replace(info, name=obj["metadata"]["name"])
+                    await self._admitted("delete", res, one, user, False, lambda dry, _, obj=obj: self.objects.delete(
+                        res, obj["metadata"].get("namespace"), obj["metadata"]["name"], query.get("propagationPolicy"),
+                        dry_run=dry))
                 except errors.ApiError as exc:
                     if exc.code != 404:
                         raise
@@ -892,7 +905,9 @@ class ApiServer:
                 new_obj.setdefault("metadata", {})["name"] = info.name
                 self._check_rbac_write(res, new_obj, user, ns)
                 self._check_owner_references(res, new_obj, None, user, ns)
-                obj, warnings = self.objects.create(res, new_obj, ns, fv, dry)
+                obj, warnings = await self._admitted(
+                    "create", res, info, user, dry,
+                    lambda d, copied: self.objects.create(res, _copied(new_obj, copied), ns, fv, d))
                 status = 201
             else:
                 self._apply_ownership(res, ns, info, manager, existing, applied, query.get("force") == "true")
@@ -902,8 +917,10 @@ class ApiServer:
                 if not info.subresource:
                     self._check_rbac_write(res, merged, user, ns)
                     self._check_owner_references(res, merged, existing, user, ns)
-                obj, warnings = self.objects.update(res, merged, ns, info.name, info.subresource or None, fv, dry,
-                                                    existing=stored)
+                obj, warnings = await self._admitted(
+                    "patch", res, info, user, dry,
+                    lambda d, copied: self.objects.update(res, _copied(merged, copied), ns, info.name,
+                                                          info.subresource or None, fv, d, existing=stored))
                 status = 200
             if not dry:
                 self._apply_previous[slot] = applied
@@ -924,8 +941,10 @@ class ApiServer:
         if not info.subresource:
             self._check_rbac_write(res, patched, user, ns)
             self._check_owner_references(res, patched, existing, user, ns)
-        obj, warnings = self.objects.update(res, patched, ns, info.name, info.subresource or None, fv, dry,
-                                            existing=stored)
+        obj, warnings = await self._admitted(
+            "patch", res, info, user, dry,
+            lambda d, copied: self.objects.update(res, _copied(patched, copied), ns, info.name,
+                                                  info.subresource or None, fv, d, existing=stored))
         return _json_response(self._masker(res, user, attrs)(obj), 200, self._warnings_header(warnings))
 
     def _apply_ownership(self, res: ResourceInfo, ns: str | None, info: RequestInfo, manager: str, live: dict,
@@ -964,8 +983,10 @@ class ApiServer:
         if options.get("orphanDependents") is True and not propagation:
             propagation = "Orphan"
         ns = info.namespace if res.namespaced else None
-        obj, deleted = self.objects.delete(res, ns, info.name, propagation, options.get("preconditions"),
-                                           self._dry_run(request.query))
+        (obj, deleted), admitted = await self._admitted(
+            "delete", res, info, user, self._dry_run(request.query),
+            lambda dry, _: self.objects.delete(res, ns, info.name, propagation, options.get("preconditions"), dry),
+            result_warnings=False)
         if deleted:
             for slot in [s for s in self._apply_previous if s[:3] == (res.key, ns or "", info.name)]:
                 del self._apply_previous[slot]
@@ -976,7 +997,38 @@ class ApiServer:
                                                              uid=meta.get("uid"))})
         # 202 only where kube-apiserver still gives it: a deletion left pending with orphanDependents=false.
         pending_cascade = not deleted and options.get("orphanDependents") is False
-        return _json_response(self._masker(res, user, info.attributes())(obj), 202 if pending_cascade else 200)
+        return _json_response(self._masker(res, user, info.attributes())(obj), 202 if pending_cascade else 200,
+                              self._warnings_header(admitted))
+
+    async def _admitted(self, verb: str, res: ResourceInfo, info: "RequestInfo", user: UserInfo, dry: bool, write,
+                        *, result_warnings: bool = True):
+        """`write(dry_run, copied)` after the validating webhooks whose rules match allowed it (admission.py): they
+        are sent what the write would store (a dry run of it, on copies of its input), and the write is made once
+        they all allowed it and nothing changed the object meanwhile. The write's result with the webhooks'
+        warnings added (a create's or update's), or the result and the warnings apart (a delete's)."""
+        operation = admission.OPERATIONS[verb]
+        hooks = [h for h in admission.webhooks_of(self.store.list(admission.KEY, None))
+                 if h.matches(operation, res, info.subresource or None)]
+        if not hooks:
+            result = write(dry, False)
+            return result if result_warnings else (result, [])
+        ns = info.namespace if res.namespaced else None
+        for _ in range(3):
+            stored = self.store.get(res.key, ns, info.name) if info.name else None
+            candidate = write(True, True)[0]
+            old = conversion.to_version(res, stored) if stored is not None else None
+            new = None if operation == "DELETE" else conversion.to_version(res, candidate)
+            name = info.name or (candidate.get("metadata") or {}).get("name", "")
+            review = admission.review_request(operation, res, info.subresource or None, user, name, ns,
+                                              copy.deepcopy(new), copy.deepcopy(old), dry)
+            warnings = await admission.admit(hooks, review)
+            if (self.store.get(res.key, ns, info.name) if info.name else None) is stored:
+                result = write(dry, False)
+                if not result_warnings:
+                    return result, warnings
+                return result[0], result[1] + warnings
+        raise errors.conflict(res.group, res.plural, info.name, "the object changed while admission webhooks "
+                                                                 "reviewed the write; try again")
 
     async def _review(self, request, info: RequestInfo, res: ResourceInfo, user: UserInfo) -> web.Response:
         if request.method != "POST":

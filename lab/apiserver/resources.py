@@ -93,13 +93,16 @@ BUILTINS: tuple[ResourceInfo, ...] = (
              verbs=CREATE_ONLY),
     _builtin("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False,
              verbs=CREATE_ONLY),
+    _builtin("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+             "ValidatingWebhookConfiguration", False, categories=("api-extensions",)),
     _builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
              ("crd", "crds"), sub={"status": _STATUS_VERBS}, categories=("api-extensions",)),
 )
 
 # The order kube-apiserver lists its groups in; custom groups follow in the order their CRDs arrived.
 BUILTIN_GROUP_ORDER = ("", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io",
-                       "rbac.authorization.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io")
+                       "rbac.authorization.k8s.io", "admissionregistration.k8s.io", "apiextensions.k8s.io",
+                       "coordination.k8s.io")
 # A custom resource's verbs, in the order kube-apiserver lists them.
 CUSTOM_VERBS = ("delete", "deletecollection", "get", "list", "patch", "create", "update", "watch")
 

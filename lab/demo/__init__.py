@@ -11,7 +11,8 @@ what came back.
 
 The modules: harness.py starts and stops the two lab clusters (`LabThread`), in this process, on an event loop of
 their own thread, because the guide needs what only the lab can do to a cluster: stop and start its peering
-process (an outage, a disabled module); every process the demo starts is stopped on the way out, also on a failed
+process (an outage); the module itself is enabled and disabled with its ModuleConfig, as the guide says, and the
+lab's module manager (lab/module_manager.py) does the rest; every process the demo starts is stopped on the way out, also on a failed
 step, Ctrl-C or SIGTERM, and the peering processes also die with the demo should it be killed outright
 (PR_SET_PDEATHSIG). kubectl.py runs the real kubectl against them; manifests.py holds the objects the story
 applies; checks.py what a step is made of (show, wait, check); story.py the steps; __main__.py the command.
@@ -21,17 +22,17 @@ from __future__ import annotations
 
 from lab.demo.checks import STEP_TIMEOUT, Checks
 from lab.demo.failure import StepFailed
-from lab.demo.harness import _LAUNCHER, LabThread, lab_peering_command, module_kubeconfig
+from lab.demo.harness import _LAUNCHER, LabThread, lab_peering_command
 from lab.demo.kubectl import KUBECTL, Kubectl, Watch, condition, describe_peer, parse_table
 from lab.demo.manifests import (AUDITOR, BYSTANDER, CAPABILITY, CAPABILITY_VERSION, CONSUMER, MODULE_NS, PROJECT,
-                                auditor_manifest, expired_copy, invite_manifest, join_manifest, module_manifest,
-                                project_manifest, shorten, write_private, write_token_kubeconfig)
+                                auditor_manifest, expired_copy, invite_manifest, join_manifest, module_config_manifest,
+                                module_manifest, project_manifest, shorten, write_private, write_token_kubeconfig)
 from lab.demo.story import WATCH_END_SECONDS, Story
 
 __all__ = [
     "AUDITOR", "BYSTANDER", "CAPABILITY", "CAPABILITY_VERSION", "CONSUMER", "KUBECTL", "MODULE_NS", "PROJECT",
     "STEP_TIMEOUT", "WATCH_END_SECONDS", "_LAUNCHER", "Checks", "Kubectl", "LabThread", "StepFailed", "Story",
     "Watch", "auditor_manifest", "condition", "describe_peer", "expired_copy", "invite_manifest", "join_manifest",
-    "lab_peering_command", "module_kubeconfig", "module_manifest", "parse_table", "project_manifest", "shorten",
+    "lab_peering_command", "module_config_manifest", "module_manifest", "parse_table", "project_manifest", "shorten",
     "write_private", "write_token_kubeconfig",
 ]

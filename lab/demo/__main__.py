@@ -63,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 signal.signal(signal.SIGINT, previous)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        print(f"\nDone in {time.monotonic() - started:.0f}s. On Deckhouse clusters, enable the module on both:")
-        print("  apiVersion: deckhouse.io/v1alpha1, kind: ModuleConfig, metadata.name: peering, spec.enabled: true")
-        print("  then follow the same steps with `d8 k` on both clusters (docs/guide-scenario.md).")
+        print(f"\nDone in {time.monotonic() - started:.0f}s. On Deckhouse clusters the same steps run with `d8 k`, once")
+        print("  the guide's preparation is done on both (docs/guide-scenario.md: https mode, the two names, and")
+        print("  user-authn with publishAPI enabled, without which Dex cannot exchange the peers' tokens).")
     return 0
 
 

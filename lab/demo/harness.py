@@ -21,7 +21,6 @@ from typing import Awaitable, Callable, TypeVar
 
 from lab.cluster import EGRESS_HOST, Lab, LabCluster, default_peering_command
 from lab.demo.failure import StepFailed
-from lab.demo.manifests import write_private
 
 # Seconds between pulls of the peer's offer in the lab (production: 30). A short interval lets an outage and a
 # revocation show within a second or two instead of half a minute; the mechanism is the same.
@@ -51,27 +50,12 @@ _LAUNCHER = textwrap.dedent("""
 """)
 
 
-def module_kubeconfig(cluster: LabCluster) -> pathlib.Path:
-    """The kubeconfig the peering process of `cluster` runs with: the ServiceAccount token its pod would mount.
-
-    A copy of the lab's, so that re-enabling the module can give the new ServiceAccount's token to the process.
-    """
-    return cluster.path("module-kubeconfig")
-
-
 def lab_peering_command(cluster: LabCluster) -> list[str] | None:
-    """The lab's peering process, with its ServiceAccount kubeconfig from `module_kubeconfig`, the lab's sync
-    interval, and tied to this process's life."""
+    """The lab's peering process (with the token of the module's ServiceAccount, which the module manager writes
+    anew each time it enables the module), the lab's sync interval, and tied to this process's life."""
     cmd = default_peering_command(cluster)
     if cmd is None:
         return None
-    kubeconfig = module_kubeconfig(cluster)
-    if not kubeconfig.exists():
-        write_private(kubeconfig, cluster.path("peering-kubeconfig").read_text())
-    if "--kubeconfig" in cmd:
-        cmd[cmd.index("--kubeconfig") + 1] = str(kubeconfig)
-    else:
-        cmd += ["--kubeconfig", str(kubeconfig)]
     return [sys.executable, "-c", _LAUNCHER, str(os.getpid()),
             f"PEERING_PEER_SYNC_INTERVAL={LAB_PEER_SYNC_INTERVAL}", "--", *cmd]
 
@@ -87,12 +71,14 @@ class LabThread:
     """
 
     def __init__(self, dir: pathlib.Path, names: list[str], *, ready_timeout: float = 30.0,
-                 start_timeout: float = START_TIMEOUT, apiserver: str = "emulator") -> None:
+                 start_timeout: float = START_TIMEOUT, apiserver: str = "emulator", module_enabled: bool = False) -> None:
+        """module_enabled: False (the default) starts the clusters without ModuleConfig peering, for the story to
+        enable the module as the guide says."""
         self.dir = pathlib.Path(dir)
         self.apiserver = apiserver
         # A healthy peering process is ready within seconds; one that is not says why in its log, shown then.
         self.lab = Lab(self.dir, names, peering_command=lab_peering_command, ready_timeout=ready_timeout,
-                       apiserver=apiserver)
+                       apiserver=apiserver, module_enabled=module_enabled)
         self.start_timeout = start_timeout
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="lab", daemon=True)
@@ -128,9 +114,8 @@ class LabThread:
             self.call(lambda lab: lab.start(), self.start_timeout)
         except Exception as e:
             self.close()
-            raise StepFailed("enabling the module on both clusters", "the lab's clusters start with the chart's "
-                             "objects and the peering process", "every peering process ready (/readyz 200)",
-                             f"{type(e).__name__}: {e}") from e
+            raise StepFailed("starting the lab", "the lab's clusters start: API server, Dex, user-authn and the "
+                             "module manager", "every cluster up", f"{type(e).__name__}: {e}") from e
         except BaseException:
             self.close()
             raise

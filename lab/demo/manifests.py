@@ -22,6 +22,12 @@ PROJECT = "shop"
 AUDITOR = "auditor"
 
 
+def module_config_manifest(enabled: bool = True) -> str:
+    """The guide's ModuleConfig of the peering module, as its "Enabling the module" writes it."""
+    return yaml.safe_dump({"apiVersion": "deckhouse.io/v1alpha1", "kind": "ModuleConfig",
+                           "metadata": {"name": "peering"}, "spec": {"enabled": enabled}}, sort_keys=False)
+
+
 def invite_manifest(name: str, ttl: str = "1h", expected_cluster_uuid: str | None = None,
                     capabilities: list[str] | None = None) -> str:
     spec: dict = {"type": "Invite", "invite": {"tokenTTL": ttl}}

@@ -14,12 +14,11 @@ import yaml
 from lab.cluster import NAMESPACE
 from lab.demo.checks import Checks
 from lab.demo.failure import StepFailed
-from lab.demo.harness import module_kubeconfig
 from lab.demo.kubectl import REQUEST_LOG, Kubectl, condition, describe_peer, errors_of, quote
 from lab.demo.manifests import (AUDITOR, BYSTANDER, CAPABILITY, CONSUMER, PROJECT, auditor_manifest, expired_copy,
-                                invite_manifest, module_manifest, project_manifest, shorten, write_private,
+                                invite_manifest, module_config_manifest, module_manifest, project_manifest, shorten,
                                 write_token_kubeconfig)
-from lab.userauthn import MODULE_DEX_CLIENT_NAME, dex_client_secret
+from lab.module_webhook import ALLOW_DISABLING, DISABLE_SUFFIX
 
 # The guide's promise for an open watch of a revoked peer.
 WATCH_END_SECONDS = 1.0
@@ -31,6 +30,17 @@ class Story(Checks):
     Each step checks what the guide promises and raises `StepFailed` otherwise. Steps build on each other in
     the order of their numbers; `run_demo` runs the ones `make demo` shows.
     """
+
+    # 0
+
+    def step0_enable(self) -> None:
+        self.title("0", "The module is enabled on both clusters")
+        for k in (self.a, self.b):
+            k.ok(self.step, "apply", "-f", "-", stdin=module_config_manifest(), show=k is self.a)
+        self.say("the same on b")
+        for k in (self.a, self.b):
+            self.wait_module(k, "PHASE Ready", lambda m: (m.get("status") or {}).get("phase") == "Ready")
+            self.expect_row(k, ("get", "module", "peering"), "peering", PHASE="Ready", ENABLED="True")
 
     # 1
 
@@ -201,8 +211,8 @@ class Story(Checks):
 
     def step9_reenable(self, b_peer: str = "cluster-a") -> None:
         self.title("9", "The module is disabled and enabled again on b")
-        self.disable_module("b")
-        self.enable_module("b")
+        self.disable_module(self.b)
+        self.enable_module(self.b)
         self.wait_peer(self.b, b_peer, "Error", "False", "CredentialsFromOtherCA")
         self.expect_row(self.b, ("get", "clusterpeers"), b_peer, PHASE="Error", READY="False")
         self.show_ready_message(self.b, b_peer)
@@ -236,32 +246,43 @@ class Story(Checks):
                              "the ConfigMaps of shop on a", done.stdout.strip()[:500])
 
 
-    def disable_module(self, name: str) -> None:
-        """What Deckhouse does when the module is disabled: the process stops and its namespace (with the
-        peering CA and every peer Secret) is deleted."""
-        k = self.a if name == "a" else self.b
-        self.say(f"ModuleConfig peering: enabled: false on {name}")
-        self.lab.stop_peering(name)
-        k.ok(self.step, "delete", "namespace", NAMESPACE, "--timeout=20s")
+    def disable_module(self, k: Kubectl) -> None:
+        """The guide's "Disabling the module": refused without the annotation; with it the module's objects go (its
+        namespace with the peering CA and every peer Secret), its CRDs and the ClusterPeers stay."""
+        patch = ("patch", "moduleconfig", "peering", "--type=merge", "-p", '{"spec":{"enabled":false}}')
+        self.say("enabled: false alone is refused")
+        done = k.run(*patch)
+        if done.returncode == 0 or DISABLE_SUFFIX not in done.stderr:
+            raise StepFailed(self.step, f"{k.prompt} {k.command(patch)}", f"refused: ...{DISABLE_SUFFIX}",
+                             f"exit {done.returncode}: {(done.stderr or done.stdout).strip()}")
+        self.say("with the annotation the module is disabled")
+        k.ok(self.step, "annotate", "moduleconfig", "peering", f"{ALLOW_DISABLING}=true")
+        k.ok(self.step, *patch)
+        self.wait_module(k, "ENABLED False", lambda m: _condition(m, "EnabledByModuleManager") == "False")
+        self.wait_gone(k, "namespace", NAMESPACE)
+        self.expect_row(k, ("get", "module", "peering"), "peering", ENABLED="False")
+        k.ok(self.step, "get", "crd", "clusterpeers.peering.deckhouse.io")
 
-    def enable_module(self, name: str) -> None:
-        """What Deckhouse does when the module is enabled again: the chart's objects (namespace, ServiceAccount,
-        RBAC), user-authn's Dex client Secret, and the process with the new ServiceAccount's token."""
-        k = self.a if name == "a" else self.b
-        cluster = self.lab.cluster(name)
-        self.say(f"ModuleConfig peering: enabled: true on {name}")
-        chart = yaml.safe_dump_all(cluster.chart_objects(), sort_keys=False)
-        k.ok(self.step, "apply", "--server-side", "--force-conflicts", "--field-manager=deckhouse", "-f", "-",
-             stdin=chart, show=False)
-        # user-authn writes the Secret of the chart's DexClient again (Dex keeps the client, whose ID is derived).
-        dex_client = dex_client_secret(MODULE_DEX_CLIENT_NAME, NAMESPACE, cluster.dex_client_secret)
-        k.ok(self.step, "apply", "-f", "-", stdin=json.dumps(dex_client), show=False)
-        token = k.ok(self.step, "create", "token", "peering", "-n", NAMESPACE, "--duration", "24h",
-                     show=False).stdout.strip()
-        doc = yaml.safe_load(module_kubeconfig(cluster).read_text())
-        doc["users"][0]["user"] = {"token": token}
-        write_private(module_kubeconfig(cluster), yaml.safe_dump(doc, sort_keys=False))
-        self.lab.start_peering(name)
+    def enable_module(self, k: Kubectl) -> None:
+        """The guide's "Enabling the module": the ModuleConfig, then `kubectl get module peering` until PHASE Ready."""
+        k.ok(self.step, "apply", "-f", "-", stdin=module_config_manifest())
+        self.wait_module(k, "PHASE Ready", lambda m: (m.get("status") or {}).get("phase") == "Ready")
+        self.expect_row(k, ("get", "module", "peering"), "peering", PHASE="Ready", ENABLED="True")
+
+    def wait_module(self, k: Kubectl, what: str, done) -> None:
+        def probe() -> tuple[bool, str]:
+            module = k.get_optional("module", "peering") or {}
+            status = module.get("status") or {}
+            return bool(done(module)), f"phase={status.get('phase')!r} conditions=" + ", ".join(
+                f"{c.get('type')}={c.get('status')} {c.get('message') or ''}".rstrip()
+                for c in status.get("conditions") or [])
+        self.until(what, f"{k.prompt} kubectl get module peering", probe)
+
+    def wait_gone(self, k: Kubectl, *what: str) -> None:
+        def probe() -> tuple[bool, str]:
+            done = k.run("get", *what, "-o", "name", show=False)
+            return done.returncode != 0 and "NotFound" in done.stderr, (done.stdout + done.stderr).strip()
+        self.until(f"{' '.join(what)} gone", f"{k.prompt} kubectl get {' '.join(what)}", probe)
 
     # refusals of a join
 
@@ -296,6 +317,7 @@ class Story(Checks):
     # the demo
 
     def run_demo(self) -> None:
+        self.step0_enable()
         self.step1_invite()
         self.step2_join()
         self.step3_capability()
@@ -306,3 +328,7 @@ class Story(Checks):
         self.step8_revoke()
         self.step9_reenable()
         self.step9_anew()
+
+
+def _condition(module: dict, ctype: str) -> str | None:
+    return condition(module, ctype).get("status")

@@ -18,10 +18,16 @@ PEERING = "peering.deckhouse.io"
 RBAC = "rbac.authorization.k8s.io"
 READ = ("get", "list", "watch")
 ALL = (*READ, "create", "update", "patch", "delete")
+COORDINATION = "coordination.k8s.io"
 
 
 def grants(scope: str, groups, resources, verbs, names=(None,)) -> set[tuple]:
     return {(scope, g, r, v, n) for g in groups for r in resources for v in verbs for n in names}
+
+
+# What every role for people reads besides the module's objects: the module's Lease, which `peering check` judges
+# the leader by, and nothing else of coordination.k8s.io.
+LEASE = grants(CLUSTER, [COORDINATION], ["leases"], ("get",), ("peering",))
 
 
 # What the process calls, as the issue lists it: every (where, group, resource, verb, resourceName).
@@ -147,12 +153,13 @@ def test_user_roles_nest_and_only_admin_sees_connection_strings(objects) -> None
                            for n in ("user", "cluster-editor", "cluster-admin"))
     assert user < editor < admin
     for role in (user, editor, admin):
-        assert {g for (_, g, _, _, _) in role} == {PEERING}
+        assert {g for (_, g, _, _, _) in role} == {PEERING, COORDINATION}
+        assert {t for t in role if t[1] == COORDINATION} == LEASE
     # Only the verbs the masking checks: writes are never gated by clusterpeers/sensitive.
     assert {t for t in admin if t[2] == "clusterpeers/sensitive"} == grants(
         CLUSTER, [PEERING], ["clusterpeers/sensitive"], READ)
     assert not {t for t in editor | user if t[2].endswith("/sensitive")}
-    assert user == grants(CLUSTER, [PEERING], ["clusterpeers", "peeringcapabilities", "projectpeers"], READ)
+    assert user == grants(CLUSTER, [PEERING], ["clusterpeers", "peeringcapabilities", "projectpeers"], READ) | LEASE
     assert editor - user == grants(CLUSTER, [PEERING], ["clusterpeers"], ("create", "update", "patch", "delete"))
     # ProjectPeers are the module's to write; nobody edits them by hand.
     assert not {t for t in admin if t[2] == "projectpeers" and t[3] not in READ}
@@ -201,6 +208,8 @@ def test_rbacv2_roles_are_capabilities_of_the_current_scheme(objects) -> None:
     namespaced = expand(by_name["d8:namespace-capability:peering:view"]["rules"], CLUSTER)
     assert namespaced == grants(CLUSTER, [PEERING], ["projectpeers"], READ)
     assert view < edit
+    # `peering check` reads the Lease for the leader: what a viewer may run, it may read.
+    assert {t for t in view if t[1] == COORDINATION} == {t for t in edit if t[1] == COORDINATION} == LEASE
     assert {t for t in edit if t[2] == "clusterpeers/sensitive"} == grants(
         CLUSTER, [PEERING], ["clusterpeers/sensitive"], READ)
     assert not {t for t in view if t[2].endswith("/sensitive")}

@@ -8,13 +8,14 @@ import os
 from lab.cluster import peering_executable
 
 
-async def check(cluster, *args: str, kubeconfig: str | None = None, domain: bool = True) -> tuple[int, str]:
-    """`peering check` as a process, with the cluster's kubeconfig, the lab's names and what the lab trusts;
-    `domain` False leaves the public domain template for the check to find."""
+async def check(cluster, *args: str, kubeconfig: str | None = None, domain: bool = True,
+                resolve: dict[str, str] | None = None) -> tuple[int, str]:
+    """`peering check` as a process, with the cluster's kubeconfig, the lab's names (`resolve` sends some elsewhere)
+    and what the lab trusts; `domain` False leaves the public domain template for the check to find."""
     cmd = [*peering_executable(), "check", "--kubeconfig", kubeconfig or str(cluster.path("kubeconfig"))]
     if domain:
         cmd += ["--public-domain-template", f"%s.{cluster.name}.lab"]
-    for host, target in sorted(cluster.process_resolve().items()):
+    for host, target in sorted({**cluster.process_resolve(), **(resolve or {})}.items()):
         cmd += ["--resolve", f"{host}={target}"]
     proc = await asyncio.create_subprocess_exec(
         *cmd, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

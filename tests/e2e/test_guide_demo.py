@@ -83,14 +83,16 @@ def test_a_killed_demo_takes_its_peering_processes_along(tmp_path, demo_apiserve
 
 
 def test_a_demo_whose_step_fails_says_which_and_exits_1(tmp_path, demo_apiserver):
-    # A log level `peering run` refuses (its flags are read from PEERING_*): the module never gets ready.
+    # A log level `peering run` refuses (its flags are read from PEERING_*): the module's process never starts, and
+    # its Module does not get to PHASE Ready.
     proc, out = start_demo(tmp_path, demo_apiserver, PEERING_LOG_LEVEL="chatty")
     try:
         code = proc.wait(90)
         text = out.read_text(errors="replace")
         assert code == 1, text
-        assert "FAILED at enabling the module on both clusters" in text
-        assert "expected: every peering process ready" in text
+        assert "FAILED at step 0: The module is enabled on both clusters" in text
+        assert "expected: PHASE Ready" in text and "phase='Error'" in text
+        assert "the module's process did not start" in text
         assert "The lab is stopped." in text and "Done in" not in text
         assert running_in(tmp_path / "demo") == {}
     finally:

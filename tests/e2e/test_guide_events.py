@@ -46,6 +46,7 @@ def in_order(rows: list[tuple[str, str, str]], *wanted: tuple[str, str]) -> None
 
 def test_kubectl_describe_tells_the_story_of_the_guide(guide_story):
     s = guide_story
+    s.step0_enable()
     s.step1_invite()
     s.step2_join()
     s.step3_capability()

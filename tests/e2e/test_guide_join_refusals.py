@@ -12,6 +12,7 @@ pytestmark = [pytest.mark.slow, needs_peering, pytest.mark.timeout(120)]
 
 
 def test_unusable_connection_strings_each_say_why(guide_story):
+    guide_story.step0_enable()
     guide_story.step1_invite()
     guide_story.step2_join()
     guide_story.join_refusals()

@@ -21,6 +21,8 @@ pytestmark = [pytest.mark.slow, needs_peering, pytest.mark.timeout(180)]
 
 def test_the_guide_on_two_clusters(guide_story, transitions):
     s, seen = guide_story, transitions
+    # Enabling the module: its ModuleConfig, then PHASE Ready.
+    s.step0_enable()
     # Creating an invitation, connecting: Active and Ready on both sides.
     s.step1_invite()
     s.step2_join()

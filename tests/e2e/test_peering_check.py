@@ -1,8 +1,10 @@
 """`peering check` against two lab clusters, as an administrator runs it (the real command, with the cluster's
-kubeconfig), in every failure the guide names: the peer unreachable, a revoked peering, a TLS-terminating load
-balancer in front of the entrance, user-authn missing, an expired certificate. Each asserts the exit code, the
-failing line and its fix; a healthy peering checks clean, a module's access is proved end to end with
-`--consumer`, the viewer role is told what it cannot see. The tests share one peering and run in order.
+kubeconfig), in every failure the guide names: the peer unreachable (seen at once by the check's own probe, before
+the status says it, and within the probe's timeout when the peer never answers), a revoked peering, a
+TLS-terminating load balancer in front of the entrance, Dex without its `kubernetes` client (user-authn's publishAPI
+off), user-authn missing, an expired certificate. Each asserts the exit code, the failing line and its fix; a
+healthy peering checks clean, a module's access is proved end to end with `--consumer`, the viewer role is told what
+it cannot see. The tests share one peering and run in order.
 
 The lab's emulated API server serves no Deployments or Pods (its peering process runs beside it), so the check
 reads the Lease there instead and says so; tests/e2e/test_peering_check_deckhouse.py checks the other shape, a
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import datetime
 import json
 import re
@@ -26,7 +29,7 @@ from control import pki
 from lab.cluster import peering_executable
 from check_helpers import check, line
 from lab.ingress import Ingress
-from peering_lab import GROUP, clusterpeer, condition, peered_lab, ready, until_equal
+from peering_lab import GROUP, clusterpeer, condition, peered_lab, ready, until, until_equal
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -60,10 +63,12 @@ async def until_check(cluster, *args: str, code: int, timeout: float = 20.0, **k
 async def test_a_healthy_peering_checks_clean(lab):
     for cluster, peer in ((lab["a"], "to-b"), (lab["b"], "to-a")):
         text = await until_check(cluster, code=0)
-        for name in ("leader", "entrance", "entrance certificate", "self-check", "dex", "dex client",
-                     "module certificates", "certificates",
-                     f"clusterpeer {peer}", "sync", "token exchange", "capabilities", "projects"):
+        for name in ("module", "leader", "https", "entrance", "entrance certificate", "self-check", "user-authn", "dex",
+                     "dex audience", "dex client", "module certificates", "certificates",
+                     f"clusterpeer {peer}", "sync", "peer entrance", "token exchange", "capabilities", "projects"):
             line(text, name, "✓")
+        assert "accepts the module's client dex-client-peering@d8-peering" in line(text, "dex client", "✓")[0]
+        assert "answered an offer pull over mTLS just now" in line(text, "peer entrance", "✓")[0]
         assert f"effective: {CAP}" in text and "1 paired: shop" in text
         # The lab serves no Deployments: the check says what it reads instead, and does not fail for it.
         assert line(text, "replicas", "!")[0].endswith("which only a running replica renews")
@@ -121,10 +126,12 @@ async def test_the_viewer_role_is_told_what_it_cannot_read(lab):
     code, text = await check(a, kubeconfig=str(path))
     assert code == 0, "the viewer role sees a healthy peering as healthy"
     line(text, "clusterpeer to-b", "✓")
-    assert "[Forbidden] the Lease d8-peering/peering cannot be read" in line(text, "leader", "!")[0]
-    for name in ("dex client", "module certificates", "certificates"):
+    # The roles read the module's Lease, which the leader is judged by.
+    assert "held by lab-a" in line(text, "leader", "✓")[0]
+    for name in ("dex audience", "dex client", "module certificates", "certificates", "peer entrance"):
         failing, fix = line(text, name, "!")
         assert "cannot be read with this role" in failing and "administrator" in fix
+    assert "client certificate cannot be read" in line(text, "peer entrance", "!")[0]
     assert token not in text
 
 
@@ -154,20 +161,88 @@ async def test_a_tls_terminating_load_balancer_in_front_of_the_entrance(lab):
     await until_check(a, code=0, timeout=30)
 
 
-async def test_the_peer_unreachable(lab):
+async def test_the_peer_stopped_fails_at_once_before_the_status_says_it(lab):
     a, b = lab["a"], lab["b"]
+    await _healthy(b, "to-a")
     await a.stop_peering()
     try:
-        text = await until_check(b, code=1, timeout=30)
-        failing, fix = line(text, "clusterpeer to-a")
-        assert "[PeerUnreachable]" in failing and "Active, Ready False" in failing
+        started = asyncio.get_running_loop().time()
+        code, text = await check(b, "--timeout", "3")
+        took = asyncio.get_running_loop().time() - started
+        failing, fix = line(text, "peer entrance")
+        assert code == 1 and "[PeerUnreachable] peering-gateway.a.lab" in failing and "does not answer" in failing
         assert "peering-gateway.<domain> of the other cluster" in fix
-        assert "[PeerUnreachable]" in line(text, "sync")[0] and "stays in force" in line(text, "sync")[0]
-        assert "[PeerUnreachable]" in line(text, "projects")[0]
+        if "✓ clusterpeer to-a:" in text:   # the module's next pull has not seen it yet: the check says so
+            assert "is older than this probe" in failing
+        assert took < 3 + 15, f"the check took {took:.1f}s"
+        # `--peer` probes the peer too, not only its status.
+        code, text = await check(b, "--peer", "to-a", "--timeout", "3")
+        assert code == 1 and "[PeerUnreachable]" in line(text, "peer entrance")[0]
+        # Once the status has caught up it says the same.
+        text = await until_check(b, code=1, timeout=30)
+        assert "[PeerUnreachable]" in line(text, "clusterpeer to-a")[0]
     finally:
         await a.start_peering()
     await _healthy(b, "to-a")
-    await until_check(b, code=0, timeout=30)
+    text = await until_check(b, code=0, timeout=30)
+    line(text, "peer entrance", "✓")
+
+
+async def test_a_peer_that_never_answers_fails_within_the_probes_timeout(lab):
+    """An entrance that takes the connection and says nothing (a black hole): the probe gives up after its
+    timeout, and the whole check ends within it, while the ClusterPeer's status, from the module's own pulls, is
+    still fine."""
+    b = lab["b"]
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader, writer):
+        held.append(writer)   # never answers, never closes
+
+    hole = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = hole.sockets[0].getsockname()[1]
+    try:
+        started = asyncio.get_running_loop().time()
+        code, text = await check(b, "--timeout", "2", resolve={"peering-gateway.a.lab": f"127.0.0.1:{port}"})
+        took = asyncio.get_running_loop().time() - started
+        failing, _ = line(text, "peer entrance")
+        assert code == 1 and "[PeerUnreachable]" in failing and "is older than this probe" in failing
+        line(text, "clusterpeer to-a", "✓")
+        assert 2 <= took < 2 + 15, f"the check took {took:.1f}s"
+        assert held, "the probe connected to the black hole"
+    finally:
+        for writer in held:
+            writer.close()
+        hole.close()
+        await hole.wait_closed()
+
+
+async def test_dex_without_its_kubernetes_client(lab):
+    """user-authn's publishAPI off: Dex has no `kubernetes` client. The check says so before any exchange, and
+    once a consumer's exchange has failed, the peering's TokenExchangeReady message names publishAPI too."""
+    a, b = lab["a"], lab["b"]
+    config = a.api.get("deckhouse.io", "moduleconfigs", "user-authn")
+    saved = copy.deepcopy(config["spec"])
+    config["spec"]["settings"] = {}
+    a.api.update(config)
+    try:
+        text = await until_check(a, code=1)
+        failing, fix = line(text, "dex audience")
+        assert "[NoKubernetesClient] Dex has no `kubernetes` client" in failing and "500 server_error" in failing
+        assert "publishAPI" in fix and "d8 k patch moduleconfig user-authn" in fix
+        # A consumer of b reaches a, whose Dex now refuses the exchange.
+        args = ("--peer", "to-a", "--consumer", "consumer/app", "--capability", CAP, "--resource", "configmaps",
+                "--namespace", PROJECT)
+        code, text = await check(b, *args)
+        assert code == 1 and "TokenExchangeMisconfigured" in text
+        await until(lambda: "publishAPI is enabled" in condition(clusterpeer(a, "to-b"), "TokenExchangeReady")
+                    .get("message", ""), what="TokenExchangeReady naming publishAPI")
+    finally:
+        config = a.api.get("deckhouse.io", "moduleconfigs", "user-authn")
+        config["spec"] = saved
+        a.api.update(config)
+    text = await until_check(a, code=0, timeout=30)
+    line(text, "dex audience", "✓")
+    await until_check(b, *args, code=0, timeout=30)
 
 
 def _secret(cluster, name: str) -> dict[str, str]:

@@ -17,14 +17,17 @@ from tests.lab.test_apiserver_client import raw as _raw
 
 PROJECTS = "projects.deckhouse.io"
 PROVIDERS = "tokenexchangeproviders.deckhouse.io"
+# Deckhouse's own CRDs of the group, which a bare server leaves out too.
+MODULE_CRDS = ["moduleconfigs.deckhouse.io", "modules.deckhouse.io"]
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
 
 @pytest.fixture
 async def bare(tmp_path):
-    """An API server started without the Project and TokenExchangeProvider CRDs."""
+    """An API server started without the Project and TokenExchangeProvider CRDs (nor ModuleConfig and Module: no
+    deckhouse.io resource at all)."""
     server, kubeconfig, _c, _k, ca_pem = await start_test_apiserver(
-        tmp_path, crd_paths=[CHART_CRDS], without_crds=[PROJECTS, PROVIDERS])
+        tmp_path, crd_paths=[CHART_CRDS], without_crds=[PROJECTS, PROVIDERS, *MODULE_CRDS])
     lab = Lab(server, kubeconfig, ca_pem, tmp_path)
     cert, key = issue_client_cert(server, "optional-admin", ADMIN_GROUPS)
     (tmp_path / "a.crt").write_bytes(cert)

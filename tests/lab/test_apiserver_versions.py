@@ -46,11 +46,12 @@ async def test_v1alpha1_is_not_served_and_not_discovered(admin):
     status, _, body = await raw(lab, "POST", "/apis/deckhouse.io/v1alpha1/projects", body=project("p", "v1alpha1"))
     assert status == 404, body
     status, _, group = await raw(lab, "GET", "/apis/deckhouse.io")
-    # The group has v1alpha1 for TokenExchangeProvider, but Project is not among its resources.
+    # The group has v1alpha1 for TokenExchangeProvider, ModuleConfig and Module, but Project is not among them.
     assert [v["version"] for v in group["versions"]] == ["v1alpha3", "v1alpha2", "v1alpha1"]
     assert group["preferredVersion"]["version"] == "v1alpha3"
     status, _, v1 = await raw(lab, "GET", "/apis/deckhouse.io/v1alpha1")
-    assert [r["name"] for r in v1["resources"] if "/" not in r["name"]] == ["tokenexchangeproviders"]
+    assert [r["name"] for r in v1["resources"] if "/" not in r["name"]] == ["moduleconfigs", "modules",
+                                                                             "tokenexchangeproviders"]
     for version in ("v1alpha2", "v1alpha3"):
         status, _, listed = await raw(lab, "GET", f"/apis/deckhouse.io/{version}")
         assert [r["name"] for r in listed["resources"]] == ["projects", "projects/status"]

@@ -65,19 +65,27 @@ async def test_the_dex_client_is_seeded_as_user_authn_makes_it(cluster):
     assert DEX_CLIENT_ID in cluster.dex.clients["kubernetes"].trusted_peers
 
 
-async def test_exchanged_token_authenticates_to_the_api_server(cluster):
-    api = cluster.api
+async def ready_provider(api) -> None:
+    """The peer's TokenExchangeProvider `peering-b`, applied by user-authn."""
     api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "TokenExchangeProvider",
                 "metadata": {"name": "peering-b"},
                 "spec": {"issuer": PEER_ISSUER, "jwks": json.dumps({"keys": [PEER_KEY.export_public(as_dict=True)]}),
                          "usernamePrefix": PREFIX, "audiences": ["peering.deckhouse.io/a-uuid/cap"]}})
     await wait_ready(api, "peering-b")
 
-    # The gateway's credentials, as it reads them: the Secret's clientSecret and the derived ID.
+
+def module_basic_auth(api) -> str:
+    """The gateway's credentials, as it reads them: the Secret's clientSecret and the derived ID."""
     secret = api.get("", "secrets", DEX_CLIENT_SECRET_NAME, "d8-peering")
     client_secret = base64.b64decode(secret["data"]["clientSecret"]).decode()
+    return "Basic " + base64.b64encode(f"{quote_plus(DEX_CLIENT_ID)}:{quote_plus(client_secret)}".encode()).decode()
+
+
+async def test_exchanged_token_authenticates_to_the_api_server(cluster):
+    api = cluster.api
+    await ready_provider(api)
     ctx = certs.client_ssl_context(cluster.pki.public_ca.cert_pem)
-    basic = "Basic " + base64.b64encode(f"{quote_plus(DEX_CLIENT_ID)}:{quote_plus(client_secret)}".encode()).decode()
+    basic = module_basic_auth(api)
 
     async with aiohttp.ClientSession() as http:
         async def exchange(**fields):
@@ -135,3 +143,46 @@ async def test_a_peer_prefixed_like_a_system_user_is_refused_by_user_authn(clust
                 assert conds[0]["reason"] == "InvalidSpec" and "system:" in conds[0]["message"]
                 break
     assert "peering-system" not in cluster.dex.connectors
+
+
+async def until(predicate, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "not within the time"
+        await asyncio.sleep(0.05)   # bounded poll: the module manager applies a ModuleConfig on its next pass
+
+
+async def test_without_publish_api_dex_has_no_kubernetes_client_and_answers_500(cluster):
+    """user-authn renders Dex's `kubernetes` client only with publishAPI (or the kubeconfig generator): without
+    it every exchange asking for the `kubernetes` audience is Dex's 500 server_error, while the module's client
+    still authenticates and an exchange without the audience still works."""
+    api = cluster.api
+    await ready_provider(api)
+    config = api.get("deckhouse.io", "moduleconfigs", "user-authn")
+    assert config["spec"]["settings"]["publishAPI"]["enabled"] is True, "the lab's clusters start with publishAPI"
+    basic = module_basic_auth(api)
+    ctx = certs.client_ssl_context(cluster.pki.public_ca.cert_pem)
+
+    async def exchange(scope: str) -> tuple[int, dict]:
+        form = {"grant_type": GRANT_TOKEN_EXCHANGE, "connector_id": "peering-b", "subject_token": peer_sa_token(),
+                "subject_token_type": TOKEN_TYPE_ID, "requested_token_type": TOKEN_TYPE_ID, "scope": scope}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"https://127.0.0.1:{cluster.dex.port}/token", data=form, ssl=ctx,
+                                 headers={"Authorization": basic}, server_hostname="dex.a.lab") as r:
+                return r.status, await r.json()
+
+    config["spec"]["settings"] = {"publishAPI": {"enabled": False}}
+    api.update(config)
+    await until(lambda: "kubernetes" not in cluster.dex.clients)
+    assert await exchange(CONTRACT_SCOPE) == (500, {"error": "server_error"})
+    status, body = await exchange("openid email profile groups")
+    assert status == 200 and "access_token" in body
+
+    # The kubeconfig generator renders it too; publishAPI back on, and the exchange works again.
+    config = api.get("deckhouse.io", "moduleconfigs", "user-authn")
+    config["spec"]["settings"] = {"kubeconfigGenerator": [{"id": "direct", "masterURI": "https://10.0.0.1:6443"}]}
+    api.update(config)
+    await until(lambda: "kubernetes" in cluster.dex.clients)
+    assert cluster.dex.clients["kubernetes"].trusted_peers == (DEX_CLIENT_ID,)
+    status, body = await exchange(CONTRACT_SCOPE)
+    assert status == 200, body

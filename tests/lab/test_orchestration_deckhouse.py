@@ -64,6 +64,9 @@ def test_without_crds_names_are_checked(tmp_path):
         Lab(tmp_path, ["a"], without_crds=["project.deckhouse.io"])
     with pytest.raises(ValueError, match="names cluster c, which is not one of"):
         Lab(tmp_path, ["a"], without_crds={"c": [PROJECTS]})
+    with pytest.raises(ValueError, match="moduleconfigs.deckhouse.io is Deckhouse's own, which its module manager "
+                                         "needs"):
+        Lab(tmp_path, ["a"], without_crds=["moduleconfigs.deckhouse.io"])
 
 
 async def test_projects_and_their_namespaces_as_multitenancy_manager_leaves_them(tmp_path):

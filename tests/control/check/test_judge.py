@@ -10,7 +10,7 @@ import json
 import pytest
 
 from control import pki
-from control.check import judge, peers
+from control.check import dex, judge, peers
 from control.check.cluster import ERROR, FORBIDDEN, MISSING, OK, UNSERVED, Facts, Read
 from control.check.consumer import parse
 from control.check.probes import Https, Resolved
@@ -203,6 +203,6 @@ def test_consumer_flags_are_checked(args, error):
 
 
 def test_reads_that_fail_are_warnings_not_failures():
-    line = judge.user_authn_lines(facts(dex_secret=Read(ERROR, detail="boom")), "https://dex.x/",
-                                  Https(200, {"token_endpoint": "t", "issuer": "i"}))[-1]
+    line = dex.user_authn_lines(facts(dex_secret=Read(ERROR, detail="boom")), "https://dex.x/",
+                                Https(200, {"token_endpoint": "t", "issuer": "i"}))[-1]
     assert (line.check, line.status) == ("dex client", "warn")

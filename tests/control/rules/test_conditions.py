@@ -104,6 +104,22 @@ def test_an_absent_api_and_a_failed_exchange_say_what_is_wrong():
     assert "TokenExchangeMisconfigured" in failed.message and "no trust" in failed.message
 
 
+def test_a_dex_server_error_names_the_missing_kubernetes_client_first():
+    """The gateway's own refusal of Dex's 500 (gateway/exchange.py) is what the condition shows; the condition adds
+    that a missing `kubernetes` client (user-authn's publishAPI off) is what that answer means too."""
+    from gateway.exchange import dex_refusal
+
+    refusal = dex_refusal(500, {"error": "server_error"}, client_id="dex-client-peering@d8-peering",
+                          connector_id="peering-b", audience="kubernetes")
+    got = c.token_exchange_condition(ProviderObservation(obj=provider(ready("True", "ProviderReady")),
+                                                         exchange_failure=(refusal.reason, refusal.message)))
+    assert (got.status, got.reason) == ("True", "ProviderReady")
+    assert refusal.message in got.message and "publishAPI is enabled" in got.message
+    other = dex_refusal(401, {"error": "invalid_client"}, client_id="dex-client-peering@d8-peering",
+                        connector_id="peering-b", audience="kubernetes")
+    assert c.exchange_failure_hint(other.reason, other.message) == ""
+
+
 def test_without_the_project_api_ready_says_projects_cannot_pair_whatever_else_it_says():
     note = "the API server does not serve projects.deckhouse.io"
     works = c.readiness(PeeringState("Join", credentials="complete", has_peer_offer=True, projects_absent=note), NOW)

@@ -19,7 +19,8 @@ from lab.testing import lab_clusters, lab_processes
 
 PROJECTS = "projects.deckhouse.io"
 LAB_CRDS = {"clusterpeers.peering.deckhouse.io", "peeringcapabilities.peering.deckhouse.io",
-            "projectpeers.peering.deckhouse.io", PROJECTS, "tokenexchangeproviders.deckhouse.io"}
+            "projectpeers.peering.deckhouse.io", PROJECTS, "tokenexchangeproviders.deckhouse.io",
+            "moduleconfigs.deckhouse.io", "modules.deckhouse.io"}
 
 
 def _pids_in(path: pathlib.Path) -> list[int]:
