@@ -75,9 +75,11 @@ def test_a_killed_demo_takes_its_peering_processes_along(tmp_path, demo_apiserve
         pids = peering_children(proc.pid, 2)
         # On the real backend: its etcd, kube-apiserver and kube-controller-manager too.
         pids += [p for p in running_in(tmp_path / "demo") if p not in pids and p != proc.pid]
+        commands = running_in(tmp_path / "demo")
         proc.kill()
         proc.wait(10)
-        assert wait_gone(pids, 10.0) == [], f"processes outlived a killed demo: {pids}"
+        left = wait_gone(pids, 10.0)
+        assert left == [], f"processes outlived a killed demo by 10 s: {({p: commands.get(p) for p in left})}"
     finally:
         stop(proc)
 
