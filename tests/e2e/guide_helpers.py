@@ -132,10 +132,13 @@ def start_demo(tmp_path: pathlib.Path, apiserver: str = "emulator", **env: str) 
     out = tmp_path / "demo.out"
     f = open(out, "wb")
     try:
+        # Ctrl-C as at a terminal: a session started in the background (a job of a non-interactive shell) ignores
+        # SIGINT, its children inherit that, and the demo would never see the interrupt the test sends.
         proc = subprocess.Popen([sys.executable, "-m", "lab.demo", "--keep", str(tmp_path / "demo"),
                                  "--apiserver", apiserver], cwd=str(ROOT),
                                 stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
+                                env=dict(os.environ, PYTHONUNBUFFERED="1", **env),
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     finally:
         f.close()
     return proc, out
