@@ -18,8 +18,7 @@ import pytest
 from alert_eval import alert_groups, alerts, promtool_test, scrape, series, without_annotations
 from control.rules.access import audience
 from gateway.resolve import OverrideResolver
-from lab.real import build as builder
-from lab.testing import lab_clusters
+from lab.testing import lab_clusters, promtool_or_skip
 from peering_lab import clusterpeer, create_project_with_prices, peer_with_capability
 
 pytestmark = pytest.mark.slow
@@ -31,12 +30,7 @@ EGRESS_HOST = "peering-gateway.d8-peering.svc"
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    try:
-        return str(builder.promtool())
-    except builder.BuildError as e:
-        if builder.required():
-            pytest.fail(f"{builder.REQUIRE_ENV} is set, so promtool must be built: {e}", pytrace=False)
-        pytest.skip(f"ALERTS NOT EVALUATED: {e}")
+    return promtool_or_skip("ALERTS NOT EVALUATED")
 
 
 @pytest.fixture(scope="module")

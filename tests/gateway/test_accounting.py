@@ -56,6 +56,14 @@ def _only(gw, listener: str, outcome: str, code: str = "2xx") -> None:
     assert request_counts(gw, listener) == {("peer", "read-pods", code, outcome): 1.0}
 
 
+async def _ended_as(caplog, gw, path: str, code: int, outcome: str) -> None:
+    """The one request of `path` on `gw` is one access log line and one count, with `code` and `outcome`."""
+    line = await _line(caplog, listener_of(path))
+    assert (line["code"], line["outcome"], line["peer"], line["capabilities"]) == (code, outcome, "peer",
+                                                                                    "read-pods")
+    _only(gw, listener_of(path), outcome, f"{code // 100}xx")
+
+
 @pytest.fixture
 def access(caplog):
     caplog.set_level(logging.INFO, logger="gateway.access")
@@ -71,10 +79,7 @@ async def test_a_watch_its_client_ends_is_client_closed_with_the_code_the_upstre
         assert resp.status == 200
         await resp.content.readline()
         resp.close()  # the consumer ends its watch
-        line = await _line(access, listener_of(path))
-        assert (line["code"], line["outcome"], line["peer"], line["capabilities"]) == (
-            200, "client_closed", "peer", "read-pods")
-        _only(gw, listener_of(path), "client_closed")
+        await _ended_as(access, gw, path, 200, "client_closed")
         async with asyncio.timeout(2):
             await upstream.watch_closed.wait()  # and the upstream's stream was torn down with it
         if path == "egress":
@@ -91,9 +96,7 @@ async def test_a_watch_the_upstream_ends_is_answered(path, gateway, pki, issuer_
     async with through(path, gateway, pki, issuer_key, upstream, dex, handlers, session_for) as (gw, s, url, headers):
         async with s.get(url, headers=headers) as resp:
             assert resp.status == 200 and len((await resp.read()).splitlines()) == 3
-        line = await _line(access, listener_of(path))
-        assert (line["code"], line["outcome"]) == (200, "answered")
-        _only(gw, listener_of(path), "answered")
+        await _ended_as(access, gw, path, 200, "answered")
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -110,9 +113,7 @@ async def test_a_watch_the_gateway_withdraws_is_withdrawn(path, gateway, pki, is
                     while await resp.content.readline():
                         pass
                     raise aiohttp.ServerDisconnectedError()
-        line = await _line(access, listener_of(path))
-        assert (line["code"], line["outcome"]) == (200, "withdrawn")
-        _only(gw, listener_of(path), "withdrawn")
+        await _ended_as(access, gw, path, 200, "withdrawn")
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -124,9 +125,7 @@ async def test_a_watch_the_upstream_cuts_is_interrupted(path, gateway, pki, issu
             assert resp.status == 200
             with pytest.raises(aiohttp.ClientPayloadError):
                 await resp.read()  # never an answer that looks whole
-        line = await _line(access, listener_of(path))
-        assert (line["code"], line["outcome"]) == (200, "interrupted")
-        _only(gw, listener_of(path), "interrupted")
+        await _ended_as(access, gw, path, 200, "interrupted")
         assert gw.metrics.upstream_errors.labels(listener_of(path), "stream")._value.get() == 1
 
 
@@ -144,8 +143,6 @@ async def test_a_request_abandoned_before_any_answer_is_client_closed_with_499(
             request.cancel()  # the client goes away
             with pytest.raises(asyncio.CancelledError):
                 await request
-            line = await _line(access, listener_of(path))
-            assert (line["code"], line["outcome"]) == (499, "client_closed")
-            _only(gw, listener_of(path), "client_closed", "4xx")
+            await _ended_as(access, gw, path, 499, "client_closed")
     finally:
         dex.gate.set()

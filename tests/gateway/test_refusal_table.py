@@ -63,13 +63,17 @@ class Rig:
     def token(self, **claims) -> dict[str, str]:
         return {"Authorization": f"Bearer {make_token(self.issuer_key, **claims)}"}
 
+    async def connect(self, listener: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TLS connection to `listener` as its clients make one (a peer's certificate on the entrance)."""
+        if listener == "entrance":
+            port, name, cert = self.entrance.entrance_port, ENTRANCE_HOST, "peer"
+        else:
+            port, name, cert = self.egress.egress_port, EGRESS_HOST, None
+        return await asyncio.open_connection("127.0.0.1", port, ssl=client_ssl(self.pki, cert), server_hostname=name)
+
     async def raw(self, listener: str, data: bytes) -> tuple[int, dict]:
         """Send `data` as it is to `listener` and read the one answer (a Status) that comes back."""
-        gw = self.entrance if listener == "entrance" else self.egress
-        port, name = (gw.entrance_port, ENTRANCE_HOST) if listener == "entrance" else (gw.egress_port, EGRESS_HOST)
-        reader, writer = await asyncio.open_connection(
-            "127.0.0.1", port, ssl=client_ssl(self.pki, "peer" if listener == "entrance" else None),
-            server_hostname=name)
+        reader, writer = await self.connect(listener)
         try:
             writer.write(data)
             await writer.drain()
@@ -181,11 +185,7 @@ def timed_out(listener: str, via: str) -> Drive:
         prefix = b""
         if via == "aiohttp":  # a request the aiohttp path serves first, then a head that never completes
             prefix = (b"POST /peering/v1/notify HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
-        gw = rig.entrance if listener == "entrance" else rig.egress
-        port, name = (gw.entrance_port, ENTRANCE_HOST) if listener == "entrance" else (gw.egress_port, EGRESS_HOST)
-        reader, writer = await asyncio.open_connection(
-            "127.0.0.1", port, ssl=client_ssl(rig.pki, "peer" if listener == "entrance" else None),
-            server_hostname=name)
+        reader, writer = await rig.connect(listener)
         try:
             async with asyncio.timeout(10):
                 if prefix:
