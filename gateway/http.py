@@ -7,7 +7,7 @@ import logging
 from typing import Any, Callable
 
 from aiohttp import web, web_protocol, web_server
-from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 
 from contract import reasons
 from gateway.status import status_answer, status_body
@@ -94,8 +94,8 @@ class HTTPProtocol(web_protocol.RequestHandler):
         if code == 500 and exc is not None:
             # The traceback names code, not request data; the request's headers (tokens) are never logged.
             log.error("request failed inside the gateway: %s", type(exc).__name__, exc_info=exc)
-        elif self.on_refused is not None:  # a handler's own failure it accounts itself
-            self.on_refused(self, code, cause)
+        if isinstance(exc, HttpProcessingError) and self.on_refused is not None:
+            self.on_refused(self, code, cause)  # refused by the parser: no handler saw it (handlers account theirs)
         return status_response(code, cause, text, close=True)
 
     def connection_lost(self, exc: BaseException | None) -> None:
