@@ -60,7 +60,8 @@ class EntranceProtocol(asyncio.Protocol):
         self.paused = False
         self.reading_paused = False
         self.code = 0
-        #: How the request in progress ended, once the gateway decided it (accounting.OUTCOMES): a withdrawal.
+        #: WITHDRAWN once the gateway cut the request in progress (authority.OpenStreams), so that the connection's
+        #: end is not taken for the client's (accounting.OUTCOMES).
         self.outcome: str | None = None
         self.method = b""
         self.path = b""
