@@ -21,6 +21,7 @@ import aiohttp
 from contract.paths import JOIN_PATH, peer_op_path
 from control.connstring import Invitation
 from gateway.tls import client_context
+from gateway.tlsalerts import refused_certificate
 
 MAX_ANSWER_BYTES = 1024 * 1024
 DEFAULT_TIMEOUT = 10.0
@@ -56,9 +57,7 @@ def peer_context(peer_ca_pem: str, client_cert_pem: str, client_key_pem: str) ->
 
 
 def _refused_cert(exc: BaseException) -> bool:
-    text = f"{getattr(exc, 'reason', '')} {exc}".upper()
-    return any(s in text for s in ("UNKNOWN_CA", "BAD_CERTIFICATE", "CERTIFICATE_UNKNOWN", "CERTIFICATE_REVOKED",
-                                   "CERTIFICATE_EXPIRED", "CERTIFICATE_REQUIRED"))
+    return refused_certificate(exc) is not None
 
 
 def _detail(exc: BaseException) -> str:

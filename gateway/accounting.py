@@ -1,5 +1,19 @@
 """What every answered request leaves behind: its count and latency in the metrics, and one JSON line on the
-`gateway.access` logger (never a token, a query or an address)."""
+`gateway.access` logger (never a token, a query or an address).
+
+Each request ends with one of `OUTCOMES`, so that neither the log nor the metric takes the ordinary end of a
+stream for a failure (docs/operations.md, "Requests and their outcomes"):
+
+- `answered`: the upstream's answer went to the client to its end; `code` is the upstream's, whatever it is.
+- `refused`: the gateway answered with a Status of its own; `code` and `reason` are the gateway's (4xx: the
+  request's fault; 5xx: something the request needs is down or refuses the gateway).
+- `interrupted`: the upstream failed after its answer had begun; the client's connection was cut.
+- `client_closed`: the client went away before the answer ended (it ended a watch); `code` is the upstream's if
+  its answer had begun, else 499.
+- `withdrawn`: the gateway ended the stream because what admitted it ended (a revocation, a capability closed,
+  the consumer removed, the token expired).
+- `error`: a fault inside the gateway (500 InternalError, logged with its traceback).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +23,53 @@ import time
 
 from cachetools import LRUCache
 
+from contract import reasons
+from contract.errors import Refusal
 from gateway.config import GatewayConfig
 from gateway.metrics import Metrics
 
 access_log = logging.getLogger("gateway.access")
 
 LISTENERS = ("entrance", "egress", "join")
+OUTCOMES = ANSWERED, REFUSED, INTERRUPTED, CLIENT_CLOSED, WITHDRAWN, ERROR = (
+    "answered", "refused", "interrupted", "client_closed", "withdrawn", "error")
+#: The code of a request whose client went away before any answer began (nginx's "client closed request").
+CLIENT_CLOSED_CODE = 499
+
+
+class Outcome:
+    """What one request came to, filled in as it goes: the code the client got (0 until an answer began), the
+    outcome (None until known), and the reason of a refusal."""
+
+    __slots__ = ("code", "outcome", "reason")
+
+    def __init__(self) -> None:
+        self.code = 0
+        self.outcome: str | None = None
+        self.reason: str | None = None
+
+    def began(self, code: int) -> None:
+        """The answer's head, with `code`, went (or goes) to the client."""
+        self.code = code
+
+    def refused(self, refusal: Refusal) -> None:
+        self.code, self.outcome, self.reason = refusal.code, REFUSED, refusal.reason
+
+    def failed(self) -> None:
+        """A fault inside the gateway: the client gets 500 InternalError, unless an answer had begun."""
+        self.code, self.outcome, self.reason = self.code or 500, ERROR, reasons.INTERNAL_ERROR
+
+    def ended(self, outcome: str) -> None:
+        """The request ended as `outcome`, unless it had ended otherwise first (a cut that follows a withdrawal
+        or an interrupted upstream is theirs); 499 when no answer had begun."""
+        if self.outcome is None:
+            self.outcome = outcome
+        if not self.code:
+            self.code = CLIENT_CLOSED_CODE
+
+    def withdraw(self) -> None:
+        """The gateway ends the request: what admitted it was withdrawn (authority.OpenStreams)."""
+        self.ended(WITHDRAWN)
 
 
 class Accounting:
@@ -29,19 +84,41 @@ class Accounting:
         # evicting one at a time; an evicted child is looked up again, its count is kept by the metric.
         self._counters: LRUCache = LRUCache(10_000)
 
-    def finish(self, listener: str, peer: str, caps: str, method: str, path: str, code: int, start: float) -> None:
-        """A request of `listener` was answered with `code`; `start` is its time.perf_counter() on arrival."""
-        elapsed = time.perf_counter() - start
-        key = (listener, peer, caps, code // 100)
+    def finish(self, listener: str, peer: str, caps: str, method: str, path: str, code: int, start: float | None,
+               outcome: str | None = None, reason: str | None = None) -> None:
+        """A request of `listener` was answered with `code` and ended as `outcome` (one of OUTCOMES; by default
+        `answered` below 400 and `refused` from it, as for the join listener's answers); `start` is its
+        time.perf_counter() on arrival, None for a request whose head never came whole (no latency then)."""
+        if outcome is None:
+            outcome = ANSWERED if code < 400 else REFUSED
+        key = (listener, peer, caps, code // 100, outcome)
         counter = self._counters.get(key)
         if counter is None:
-            counter = self._counters[key] = self.metrics.requests.labels(listener, peer, caps, f"{code // 100}xx")
+            counter = self._counters[key] = self.metrics.requests.labels(listener, peer, caps, f"{code // 100}xx",
+                                                                         outcome)
         counter.inc()
-        self._latency[listener].observe(elapsed)
+        elapsed = None
+        if start is not None:
+            elapsed = time.perf_counter() - start
+            self._latency[listener].observe(elapsed)
         if self._config.access_log and access_log.isEnabledFor(logging.INFO):
-            access_log.info(json.dumps({"listener": listener, "peer": peer, "capabilities": caps,
-                                        "method": method, "path": path, "code": code,
-                                        "ms": round(elapsed * 1000, 3)}, separators=(",", ":")))
+            line = {"listener": listener, "peer": peer, "capabilities": caps, "method": method, "path": path,
+                    "code": code, "outcome": outcome}
+            if reason is not None:
+                line["reason"] = reason
+            line["ms"] = None if elapsed is None else round(elapsed * 1000, 3)
+            access_log.info(json.dumps(line, separators=(",", ":")))
+
+    def record(self, listener: str, peer: str, caps: str, method: str, path: str, outcome: Outcome,
+               start: float | None) -> None:
+        """`finish` with what `outcome` came to."""
+        self.finish(listener, peer, caps, method, path, outcome.code or 500, start, outcome.outcome or ERROR,
+                    outcome.reason)
+
+    def refused_head(self, listener: str, peer: str, code: int, reason: str) -> None:
+        """A request refused before its head was read whole (a parse error, a head too slow): no method, path or
+        latency to tell."""
+        self.finish(listener, peer, "-", "-", "-", code, None, REFUSED, reason)
 
     def upstream_error(self, listener: str, kind: str) -> None:
         self.metrics.upstream_errors.labels(listener, kind).inc()

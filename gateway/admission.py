@@ -31,8 +31,8 @@ from gateway.registry import Peer
 from gateway.state import GatewayState
 from gateway.authority import Authority
 from gateway.consumers import service_account
-from gateway.tokens import VerifiedToken, claims_expiry, unverified_claims
-from gateway.upstream import UpstreamError
+from gateway.tokens import VerifiedToken, check_expiry, claims_expiry, expired, unverified_claims
+from gateway.upstream import CERTIFICATE_REFUSED, UpstreamError
 
 _EGRESS_PREFIX = EGRESS_PREFIX.encode()
 
@@ -142,6 +142,12 @@ def entrance_peer(state: GatewayState, fingerprint: str | None) -> Peer:
     return peer
 
 
+def known_peer(state: GatewayState, fingerprint: str | None) -> str:
+    """The live peer a client certificate belongs to, "-" for none: what labels a request refused before admission."""
+    peer = state.registry.by_fingerprint.get(fingerprint) if fingerprint is not None else None
+    return "-" if peer is None else peer.name
+
+
 def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | None, method: bytes, target: bytes,
                    fields: Fields, length: int | None = None, chunked: bool = False) -> Admitted | NeedsExchange:
     """Admit a request of a peer's consumer to this cluster's API server, or raise the Refusal of the first rule
@@ -181,15 +187,15 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
                 refusal, registry.generation, lambda: admit_entrance(state, client, fingerprint, method, target,
                                                                      fields, length, chunked),
                 b"watch" in target and is_watch(target), state.loop.time() + limits.registry_catch_up)
-    elif verified.expires + limits.token_skew <= now:
+    elif verified.expires <= now:
         tokens.forget(token_hash)
-        raise Refusal(401, reasons.TOKEN_EXPIRED, "the token has expired; read the projected token file again")
+        raise expired()
     if auth is not None:
         client.last_auth, client.last_token_hash = auth, token_hash
     if verified is not client.last_verified:  # the capabilities label, joined once per token, not per request
         client.last_verified, client.last_capabilities = verified, ",".join(sorted(verified.capabilities))
         client.authority = Authority(peer.name, verified.capabilities, service_account(verified.subject),
-                                     verified.expires + limits.token_skew)
+                                     verified.expires)
     client.capabilities = client.last_capabilities
     watch = b"watch" in target and is_watch(target)
     upstream_target = state.api_prefix + target
@@ -284,9 +290,11 @@ def admit_egress(state: GatewayState, client: ClientState, method: bytes, target
                                                                                             token)):
         raise _no_effective(peer)
     claims = unverified_claims(token) or {}
+    exp = claims_expiry(claims)
+    if exp is not None:  # the entrance's rule: a TokenReview would still pass it for kube-apiserver's leeway
+        check_expiry(exp, time.time())
     _check_audience(claims, peer)
     ttl = limits.token_review_ttl
-    exp = claims_expiry(claims)
     # A review is reused for its TTL, never past the token's own expiry.
     not_after = time.monotonic() + min(ttl, (exp - time.time()) if exp else ttl)
     key = f"{peer.name}/{state.registry.generation}"
@@ -357,12 +365,28 @@ def _no_effective(peer: Peer) -> Refusal:
                    "open one in spec.capabilities on both clusters")
 
 
-def upstream_refusal(err: UpstreamError) -> Refusal:
-    """What a failed upstream (kube-apiserver, or a peer's entrance for the egress) means to the client."""
+def upstream_refusal(err: UpstreamError, peering: str | None = None) -> Refusal:
+    """What a failed upstream (kube-apiserver, or the entrance of the peer of `peering` for the egress) means to the
+    client: a peer's entrance refusing our client certificate is PeerRefusedCertificate, as the ClusterPeer says."""
+    if err.kind == CERTIFICATE_REFUSED and peering is not None:
+        todo = ("it expired (the peer was unreachable for longer than its lifetime, or a clock is wrong), so the "
+                "peering must be established anew" if "EXPIRED" in err.detail else
+                "the peer has probably revoked the peering, so the ClusterPeer is to be deleted here too")
+        return Refusal(503, reasons.PEER_REFUSED_CERTIFICATE, f"the peer's entrance refuses this cluster's client "
+                       f"certificate of peering {peering} (TLS alert {err.detail.lower()}): its ClusterPeer says "
+                       f"PeerRefusedCertificate, and its Ready message tells the administrator what to do: {todo}")
     if err.kind == "connect":
         return Refusal(503, reasons.UPSTREAM_UNAVAILABLE, f"the upstream API server cannot be reached "
                        f"({err.detail}); retry later")
     return Refusal(502, reasons.UPSTREAM_FAILED, f"the upstream API server failed the request ({err.detail}); retry")
+
+
+def not_held(authority: Authority | None) -> Refusal:
+    """Why a request admitted a moment ago goes no further (`OpenStreams.add` would not hold it): its token expired
+    while it waited for Dex, a review or a connection, or a newer registry withdrew what admitted it."""
+    if authority is not None and authority.expires <= time.time():
+        return expired()
+    return withdrawn()
 
 
 def withdrawn() -> Refusal:

@@ -40,7 +40,8 @@ class Limits:
     """Seconds a pooled upstream connection may have been idle and still carry a request: safely below
     kube-apiserver's 90 s idle timeout, so that no request is sent into the upstream's close."""
     token_skew: float = 30.0
-    """Seconds of clock skew tolerated on exp and nbf of a peer's token."""
+    """Seconds of clock skew tolerated on nbf of a peer's token (issued by a cluster whose clock is ahead). None is
+    tolerated on exp, on either path: Dex, which exchanges the token, allows none (tokens.check_expiry)."""
     upstream_connect_timeout: float = 10.0
     """Seconds to connect to kube-apiserver, Dex or a peer's entrance."""
     exchange_timeout: float = 10.0

@@ -17,7 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from contract import reasons
 from gateway.config import GatewayConfig
 from gateway.entrance import EntranceProtocol
-from gateway.http import HTTPServer, status_response
+from gateway.admission import known_peer
+from gateway.http import HTTPProtocol, HTTPServer, status_response
 from gateway.listeners import Egress, Entrance, Join
 from gateway.metrics import Metrics
 from gateway.protocol import ControlHandlers
@@ -78,9 +79,10 @@ class DataPlane:
         http_kwargs = dict(max_line_size=limits.max_header_bytes, max_field_size=limits.max_header_bytes,
                            max_headers=limits.max_headers, keepalive_timeout=limits.idle_timeout,
                            auto_decompress=False, read_bufsize=_CHUNK, head_timeout=limits.request_head_timeout)
-        entrance_http = HTTPServer(Entrance(state, self.handlers), **http_kwargs)
-        egress_http = HTTPServer(Egress(state), **http_kwargs)
-        join_http = HTTPServer(Join(state, self.handlers), **http_kwargs)
+        entrance_http = HTTPServer(Entrance(state, self.handlers), on_refused=_refused_head(state, "entrance"),
+                                   **http_kwargs)
+        egress_http = HTTPServer(Egress(state), on_refused=_refused_head(state, "egress"), **http_kwargs)
+        join_http = HTTPServer(Join(state, self.handlers), on_refused=_refused_head(state, "join"), **http_kwargs)
         ops_http = HTTPServer(self._ops, **http_kwargs)
         self._http = [entrance_http, egress_http, join_http, ops_http]
         count = self.metrics.handshake_failures
@@ -157,3 +159,9 @@ class DataPlane:
         if path == "/metrics" and self._scrape is not None:
             return web.Response(body=await self._scrape(), headers={"Content-Type": CONTENT_TYPE_LATEST})
         return status_response(404, reasons.NOT_FOUND, "the ops listener serves /healthz, /readyz and /metrics")
+
+
+def _refused_head(state: GatewayState, listener: str) -> Callable[[HTTPProtocol, int, str], None]:
+    """What accounts for a request of `listener` that the HTTP edge refused before its handler saw it."""
+    return lambda proto, code, reason: state.accounting.refused_head(listener, known_peer(state, proto.peering_fp),
+                                                                     code, reason)

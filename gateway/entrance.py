@@ -21,8 +21,9 @@ from typing import Any, Callable
 from contract import reasons
 from contract.errors import Refusal
 from contract.paths import PEER_PREFIX
+from gateway.accounting import ANSWERED, CLIENT_CLOSED, CLIENT_CLOSED_CODE, INTERRUPTED, REFUSED, WITHDRAWN
 from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entrance, closes_connection, complete,
-                               upstream_refusal, withdrawn)
+                               known_peer, not_held, upstream_refusal)
 from gateway.authority import request_namespace
 from gateway.framing import HANDOVER, NEED_DATA, UNTIL_CLOSE, Request, RequestHeadReader, ResponseHead
 from gateway.relay import Relay
@@ -39,7 +40,7 @@ class EntranceProtocol(asyncio.Protocol):
 
     __slots__ = ("state", "fallback", "transport", "peering_fp", "peering_on_lost", "reader", "client", "busy",
                  "relay", "task", "close_after", "last", "timer", "paused", "reading_paused", "code", "method",
-                 "path", "start", "watch", "handed", "head", "retried", "head_timer")
+                 "path", "start", "watch", "handed", "head", "retried", "head_timer", "outcome")
 
     def __init__(self, state: GatewayState, fallback: Callable[[], asyncio.Protocol]) -> None:
         self.state = state
@@ -59,6 +60,9 @@ class EntranceProtocol(asyncio.Protocol):
         self.paused = False
         self.reading_paused = False
         self.code = 0
+        #: WITHDRAWN once the gateway cut the request in progress (authority.OpenStreams), so that the connection's
+        #: end is not taken for the client's (accounting.OUTCOMES).
+        self.outcome: str | None = None
         self.method = b""
         self.path = b""
         self.start = 0.0
@@ -131,7 +135,8 @@ class EntranceProtocol(asyncio.Protocol):
             self.busy = False
             if self.watch and self.code:
                 self.state.metrics.watches.labels("entrance", self.client.peer).dec()
-            self._finish(self.code if self.code else 499)
+            # The client went away (it ended its watch), unless the gateway cut it for a withdrawal.
+            self._finish(self.code or CLIENT_CLOSED_CODE, self.outcome or CLIENT_CLOSED)
         connection_ended(self)
 
     # ----- requests ---------------------------------------------------------------------------------------
@@ -168,6 +173,8 @@ class EntranceProtocol(asyncio.Protocol):
         self.transport.write(status_answer(408, reasons.REQUEST_TIMEOUT, f"the request head was not complete within "
                                            f"{limit:g} s; send the whole head at once", close=True))
         self.transport.close()
+        self.state.accounting.refused_head("entrance", known_peer(self.state, self.peering_fp), 408,
+                                           reasons.REQUEST_TIMEOUT)
 
     def _handover(self) -> None:
         """Give this connection, from the request at the start of the buffer on, to the aiohttp path."""
@@ -196,6 +203,7 @@ class EntranceProtocol(asyncio.Protocol):
         self.start = time.perf_counter()
         self.method, self.path = request.method, request.target
         self.code = 0
+        self.outcome = None
         self.retried = False
         self.watch = False
         state.accounting.entrance_in_flight.inc()
@@ -245,7 +253,7 @@ class EntranceProtocol(asyncio.Protocol):
         if not state.streams.add(self, self.client.authority, self._withdrawn, state.registry,
                                  request_namespace(self.path) if self.watch else None):
             state.relay_pool.park(relay)
-            self._refuse(withdrawn())
+            self._refuse(not_held(self.client.authority))
             return
         self.relay = relay
         relay.start(self, self.head, head_only)
@@ -267,7 +275,7 @@ class EntranceProtocol(asyncio.Protocol):
             relay.resume_reading()
         if self.watch and self.code:
             self.state.metrics.watches.labels("entrance", self.client.peer).dec()
-        self._end(self.code)
+        self._end(self.code, ANSWERED)
 
     def upstream_failed(self, err: UpstreamError, got: bool) -> None:
         self.relay = None
@@ -278,7 +286,7 @@ class EntranceProtocol(asyncio.Protocol):
                 self.state.metrics.watches.labels("entrance", self.client.peer).dec()
             code = self.code
             self.busy = False
-            self._finish(code)
+            self._finish(code, self.outcome or INTERRUPTED)
             if self.transport is not None:
                 self.transport.abort()
             return
@@ -301,17 +309,19 @@ class EntranceProtocol(asyncio.Protocol):
                                                close=close or self.close_after, retry_after=refusal.retry_after))
         if close:
             self.close_after = True
-        self._end(refusal.code)
+        self._end(refusal.code, REFUSED, refusal.reason)
 
     def _withdrawn(self) -> None:
         """What admitted the request in progress was withdrawn (authority.OpenStreams): the connection ends."""
+        if self.busy and self.outcome is None:
+            self.outcome = WITHDRAWN
         if self.transport is not None:
             self.transport.abort()
 
-    def _end(self, code: int) -> None:
+    def _end(self, code: int, outcome: str, reason: str | None = None) -> None:
         self.state.streams.discard(self)
         self.busy = False
-        self._finish(code)
+        self._finish(code, outcome, reason)
         self.last = self.state.loop.time()
         if self.transport is None:
             return
@@ -324,8 +334,8 @@ class EntranceProtocol(asyncio.Protocol):
             self.reading_paused = False
             self.transport.resume_reading()
 
-    def _finish(self, code: int) -> None:
+    def _finish(self, code: int, outcome: str, reason: str | None = None) -> None:
         accounting = self.state.accounting
         accounting.entrance_in_flight.dec()
         accounting.finish("entrance", self.client.peer, self.client.capabilities, self.method.decode(),
-                          self.path.split(b"?", 1)[0].decode("latin-1"), code, self.start)
+                          self.path.split(b"?", 1)[0].decode("latin-1"), code, self.start, outcome, reason)

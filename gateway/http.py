@@ -7,7 +7,7 @@ import logging
 from typing import Any, Callable
 
 from aiohttp import web, web_protocol, web_server
-from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 
 from contract import reasons
 from gateway.status import status_answer, status_body
@@ -54,6 +54,8 @@ class HTTPProtocol(web_protocol.RequestHandler):
     peering_fp: str | None = None
     peering_on_lost: Callable[["HTTPProtocol"], None] | None = None
     head_timeout: float = 10.0
+    #: Told of each request refused before a handler could see it (a parse error, a head too slow): code, reason.
+    on_refused: Callable[["HTTPProtocol", int, str], None] | None = None
     _head_timer: asyncio.TimerHandle | None = None
     _in_handler: bool = False
 
@@ -80,15 +82,20 @@ class HTTPProtocol(web_protocol.RequestHandler):
         transport.write(status_answer(408, reasons.REQUEST_TIMEOUT, f"the request head was not complete within "
                                       f"{self.head_timeout:g} s; send the whole head at once", close=True))
         transport.close()
+        if self.on_refused is not None:
+            self.on_refused(self, 408, reasons.REQUEST_TIMEOUT)
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
-        if request.writer.output_size > 0:
+        if request.writer.output_size > 0 or isinstance(exc, ConnectionError):
+            # The answer had begun, or the client is gone: nothing can be said any more but closing.
             raise ConnectionError("the response had started when the request failed; the connection is closed")
         code, cause, text = parse_error_status(status, exc)
         if code == 500 and exc is not None:
             # The traceback names code, not request data; the request's headers (tokens) are never logged.
             log.error("request failed inside the gateway: %s", type(exc).__name__, exc_info=exc)
+        if isinstance(exc, HttpProcessingError) and self.on_refused is not None:
+            self.on_refused(self, code, cause)  # refused by the parser: no handler saw it (handlers account theirs)
         return status_response(code, cause, text, close=True)
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -101,9 +108,11 @@ class HTTPProtocol(web_protocol.RequestHandler):
 
 class HTTPServer(web_server.Server):
     """aiohttp's low-level server (no router, no middlewares) making HTTPProtocol connections; `head_timeout`
-    bounds the time a request head may take to arrive."""
+    bounds the time a request head may take to arrive, and `on_refused` hears of the requests refused before
+    the handler (accounting)."""
 
-    def __init__(self, handler: Callable, *, head_timeout: float = 10.0, **kwargs: Any) -> None:
+    def __init__(self, handler: Callable, *, head_timeout: float = 10.0,
+                 on_refused: Callable[[HTTPProtocol, int, str], None] | None = None, **kwargs: Any) -> None:
         async def handle(request: web.BaseRequest) -> web.StreamResponse:
             proto: HTTPProtocol = request.protocol  # type: ignore[assignment]
             proto.head_received()
@@ -114,9 +123,11 @@ class HTTPServer(web_server.Server):
 
         super().__init__(handle, handler_cancellation=True, access_log=None, **kwargs)
         self.head_timeout = head_timeout
+        self.on_refused = on_refused
 
     def __call__(self) -> HTTPProtocol:
         proto = HTTPProtocol(self, loop=self._loop, **self._kwargs)
         proto.head_timeout = self.head_timeout
+        proto.on_refused = self.on_refused
         return proto
 

@@ -4,17 +4,19 @@ call (`protocol`); every refusal is a Kubernetes Status."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from typing import Any, Coroutine
+from typing import Any, Awaitable, Callable, Coroutine
 
 from aiohttp import web
 
 from contract import reasons
 from contract.errors import Refusal
 from contract.paths import JOIN_PATH, PEER_PREFIX
+from gateway.accounting import ANSWERED, CLIENT_CLOSED, Outcome
 from gateway.admission import (ClientState, admit_egress, admit_entrance, admit_peer_call, closes_connection,
-                               complete, withdrawn)
+                               complete, not_held)
 from gateway.authority import Authority, request_namespace
 from gateway.catchup import NeedsRegistry
 from gateway.http import JSON, HTTPProtocol, status_response
@@ -42,34 +44,22 @@ class Entrance:
         self.handlers = handlers
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        state = self.state
-        start = time.perf_counter()
         proto: HTTPProtocol = request.protocol  # type: ignore[assignment]
-        client = ClientState()
-        code = 500
-        in_flight = state.accounting.in_flight["entrance"]
-        in_flight.inc()
-        try:
-            if request.raw_path.startswith(PEER_PREFIX):
-                resp = await self._peer_call(request, client, proto.peering_fp)
-            else:
-                length, chunked = _body_framing(request)
-                decision = admit_entrance(state, client, proto.peering_fp, request.method.encode(),
-                                          _target(request), request.raw_headers, length, chunked)
-                admitted = await complete(state, client, decision)
-                resp = await _held(state, request, client.authority, forward(state, request, "entrance", client.peer,
-                                                                             state.api_pool, admitted),
-                                   request_namespace(_target(request)) if admitted.watch else None)
-            code = resp.status
-            return resp
-        except Refusal as refusal:
-            code = refusal.code
-            return status_response(refusal.code, refusal.reason, refusal.message, close=closes_connection(refusal),
-                                   retry_after=refusal.retry_after)
-        finally:
-            in_flight.dec()
-            state.accounting.finish("entrance", client.peer, client.capabilities, request.method, request.path, code,
-                                    start)
+        return await _served(self.state, "entrance", request, lambda client, outcome: self._serve(
+            request, client, outcome, proto.peering_fp))
+
+    async def _serve(self, request: web.BaseRequest, client: ClientState, outcome: Outcome,
+                     fp: str | None) -> web.StreamResponse:
+        state = self.state
+        if request.raw_path.startswith(PEER_PREFIX):
+            return await self._peer_call(request, client, fp)
+        length, chunked = _body_framing(request)
+        decision = admit_entrance(state, client, fp, request.method.encode(), _target(request), request.raw_headers,
+                                  length, chunked)
+        admitted = await complete(state, client, decision)
+        return await _held(state, request, client.authority, outcome,
+                           forward(state, request, "entrance", client.peer, state.api_pool, admitted, outcome),
+                           request_namespace(_target(request)) if admitted.watch else None)
 
     async def _peer_call(self, request: web.BaseRequest, client: ClientState, fp: str | None) -> web.StreamResponse:
         decision = admit_peer_call(self.state, client, fp, request.method, request.raw_path)
@@ -79,10 +69,7 @@ class Entrance:
         body = None
         if request.method == "POST":
             body = await read_json(request, self.state.limits.max_peer_call_bytes)
-        try:
-            answer = await self.handlers.peer_call(PeerCall(peer=peer, op=op, body=body))
-        except Refusal as err:
-            return status_response(err.code, err.reason, err.message)
+        answer = await self.handlers.peer_call(PeerCall(peer=peer, op=op, body=body))  # a Refusal is answered
         return web.Response(body=json.dumps(answer).encode(), content_type=JSON)
 
 
@@ -93,44 +80,71 @@ class Egress:
         self.state = state
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        return await _served(self.state, "egress", request, lambda client, outcome: self._serve(
+            request, client, outcome))
+
+    async def _serve(self, request: web.BaseRequest, client: ClientState, outcome: Outcome) -> web.StreamResponse:
         state = self.state
-        start = time.perf_counter()
-        client = ClientState()
-        code = 500
-        in_flight = state.accounting.in_flight["egress"]
-        in_flight.inc()
-        try:
-            length, chunked = _body_framing(request)
-            decision = admit_egress(state, client, request.method.encode(), _target(request), request.raw_headers,
-                                    length, chunked)
-            admitted = await complete(state, client, decision)
-            pool = state.peer_pool(decision.peer)
-            authority = Authority(decision.peer.name, frozenset(client.capabilities.split(",")), decision.account,
-                                  decision.expires)
-            resp = await _held(state, request, authority, forward(state, request, "egress", client.peer, pool,
-                                                                  admitted))
-            code = resp.status
-            return resp
-        except Refusal as refusal:
-            code = refusal.code
-            return status_response(refusal.code, refusal.reason, refusal.message)
-        finally:
-            in_flight.dec()
-            state.accounting.finish("egress", client.peer, client.capabilities, request.method, request.path, code,
-                                    start)
+        length, chunked = _body_framing(request)
+        decision = admit_egress(state, client, request.method.encode(), _target(request), request.raw_headers,
+                                length, chunked)
+        admitted = await complete(state, client, decision)
+        pool = state.peer_pool(decision.peer)
+        authority = Authority(decision.peer.name, frozenset(client.capabilities.split(",")), decision.account,
+                              decision.expires)
+        return await _held(state, request, authority, outcome,
+                           forward(state, request, "egress", client.peer, pool, admitted, outcome))
 
 
-async def _held(state: GatewayState, request: web.BaseRequest, authority: Authority | None,
+async def _served(state: GatewayState, listener: str, request: web.BaseRequest,
+                  serve: Callable[[ClientState, Outcome], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """Serve one request of the entrance or the egress and account for what it came to (accounting.OUTCOMES):
+    a refusal is answered as a Status, a client that goes away (cancelling the handler, or found gone on a write)
+    ends it as client_closed with the code its answer had begun with."""
+    start = time.perf_counter()
+    client = ClientState()
+    outcome = Outcome()
+    in_flight = state.accounting.in_flight[listener]
+    in_flight.inc()
+    try:
+        resp = await serve(client, outcome)
+        if not outcome.code:
+            outcome.began(resp.status)
+        outcome.ended(ANSWERED)
+        return resp
+    except Refusal as refusal:
+        outcome.refused(refusal)
+        return status_response(refusal.code, refusal.reason, refusal.message, close=closes_connection(refusal),
+                               retry_after=refusal.retry_after)
+    except (asyncio.CancelledError, ConnectionError):
+        outcome.ended(CLIENT_CLOSED)
+        raise
+    except Exception:
+        outcome.failed()  # http.py answers 500 InternalError and logs the traceback
+        raise
+    finally:
+        in_flight.dec()
+        state.accounting.record(listener, client.peer, client.capabilities, request.method, request.path, outcome,
+                                start)
+
+
+async def _held(state: GatewayState, request: web.BaseRequest, authority: Authority | None, outcome: Outcome,
                 forwarding: Coroutine[Any, Any, web.StreamResponse], namespace: str | None = None
                 ) -> web.StreamResponse:
     """Forward while `state.streams` holds the request with what admitted it: when a registry or the token's
-    expiry withdraws that, the client's connection is aborted (the handler is cancelled with it)."""
+    expiry withdraws that, the client's connection is aborted (the handler is cancelled with it) and the request
+    ends as withdrawn."""
     key = object()
     transport = request.transport
-    if authority is None or transport is None or not state.streams.add(key, authority, transport.abort,
-                                                                         state.registry, namespace):
+
+    def withdraw() -> None:
+        outcome.withdraw()
+        transport.abort()  # type: ignore[union-attr]
+
+    if authority is None or transport is None or not state.streams.add(key, authority, withdraw, state.registry,
+                                                                         namespace):
         forwarding.close()
-        raise withdrawn()
+        raise not_held(authority)
     try:
         return await forwarding
     finally:

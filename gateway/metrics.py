@@ -1,4 +1,5 @@
-"""Prometheus metrics of the gateway. Labels are bounded: peer, capability, code class, never user/path/address."""
+"""Prometheus metrics of the gateway. Labels are bounded: peer, capability, code class, outcome, never
+user/path/address."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter("peering_gateway_requests", "Requests answered, by listener, peer, capabilities and code class",
-                                ["listener", "peer", "capability", "code"], registry=r)
+        self.requests = Counter("peering_gateway_requests",
+                                "Requests answered, by listener, peer, capabilities, code class and outcome "
+                                "(gateway/accounting.py: answered, refused, interrupted, client_closed, withdrawn, "
+                                "error)", ["listener", "peer", "capability", "code", "outcome"], registry=r)
         self.latency = Histogram("peering_gateway_request_seconds", "Time to the response headers",
                                  ["listener"], buckets=_BUCKETS, registry=r)
         self.in_flight = Gauge("peering_gateway_requests_in_flight", "Requests being served", ["listener"],

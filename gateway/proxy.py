@@ -10,6 +10,7 @@ from aiohttp import web
 
 from contract import reasons
 from contract.errors import Refusal
+from gateway.accounting import CLIENT_CLOSED, INTERRUPTED, Outcome
 from gateway.admission import Admitted, upstream_refusal
 from gateway.framing import LENGTH, ResponseHead
 from gateway.state import GatewayState
@@ -26,9 +27,10 @@ def _text(value: bytes) -> str:
 
 
 async def forward(state: GatewayState, request: web.BaseRequest, listener: str, peer: str, pool: UpstreamPool,
-                  admitted: Admitted) -> web.StreamResponse:
+                  admitted: Admitted, outcome: Outcome) -> web.StreamResponse:
     """Send `admitted` (and the request's body) upstream and answer the client with what comes back; a Refusal
-    when the upstream fails before answering."""
+    when the upstream fails before answering. `outcome` learns the code the answer began with and how a streamed
+    answer ended (interrupted by the upstream, or the client gone)."""
     limit = state.limits.max_body_bytes
     body = _bounded_body(request, limit) if request.body_exists else None
     chunked = request.body_exists and request.content_length is None
@@ -40,11 +42,13 @@ async def forward(state: GatewayState, request: web.BaseRequest, listener: str, 
             # Most API answers are small: one write of head and body, one TLS record, no chunk loop.
             data = await payload.read()
             result.append(web.Response(status=head.code, reason=head.reason, body=data, headers=headers))
+            outcome.began(head.code)
             return
         resp = web.StreamResponse(status=head.code, reason=head.reason, headers=headers)
         if head.framing == LENGTH:
             resp.content_length = head.length
         result.append(resp)
+        outcome.began(head.code)
         await resp.prepare(request)
         watches = state.metrics.watches.labels(listener, peer) if admitted.watch else None
         if watches is not None:
@@ -55,10 +59,14 @@ async def forward(state: GatewayState, request: web.BaseRequest, listener: str, 
             await resp.write_eof()
         except UpstreamError as exc:
             # Headers are out: the only honest signal left is to cut the client's connection.
+            outcome.ended(INTERRUPTED)
             state.accounting.upstream_error(listener, "stream")
             if request.transport is not None:
                 request.transport.abort()
             log.info("upstream stream of %s ended early: %s", listener, exc.detail)
+        except ConnectionError:
+            # The client went away (it ended its watch): the upstream's stream is torn down with the connection.
+            outcome.ended(CLIENT_CLOSED)
         finally:
             if watches is not None:
                 watches.dec()
@@ -71,11 +79,12 @@ async def forward(state: GatewayState, request: web.BaseRequest, listener: str, 
             from None
     except UpstreamError as err:
         if result:
+            outcome.ended(INTERRUPTED)
             if request.transport is not None:
                 request.transport.abort()
             return result[0]
         state.accounting.upstream_error(listener, err.kind)
-        raise upstream_refusal(err) from None
+        raise upstream_refusal(err, peer if listener == "egress" else None) from None
     return result[0]
 
 

@@ -40,7 +40,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
     (`_handshake_done`, `_handshake_failed`); `_begin` starts the handshake once the TCP connection exists."""
 
     __slots__ = ("_tcp", "_ssl", "_in", "_out", "_app", "_buffered", "_state", "_closing", "_paused",
-                 "_eof_pending", "_peer_done", "_timer")
+                 "_eof_pending", "_peer_done", "_timer", "_error")
 
     def __init__(self) -> None:
         self._extra: dict = {}
@@ -56,6 +56,8 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         self._eof_pending = False
         self._peer_done = False
         self._timer: asyncio.TimerHandle | None = None
+        #: The TLS error that ended an open connection (a fatal alert), handed to the protocol's connection_lost.
+        self._error: ssl.SSLError | None = None
 
     # ----- what subclasses provide --------------------------------------------------------------------------
     def _handshake_done(self) -> None:
@@ -179,7 +181,8 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         except ssl.SSLZeroReturnError:  # close_notify: the peer has finished
             self._peer_finished()
             return
-        except ssl.SSLError:  # a record that does not decrypt or a fatal alert: nothing more can be read
+        except ssl.SSLError as exc:  # a record that does not decrypt or a fatal alert: nothing more can be read
+            self._error = exc
             self.abort()
             return
         self._flush()  # what reading made OpenSSL answer (a key update), if anything
@@ -240,7 +243,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
             self._state = _DONE
             app, self._app = self._app, None
             if app is not None:
-                app.connection_lost(exc)
+                app.connection_lost(exc if exc is not None else self._error)
         self._closing = True
         self._ssl = self._in = self._out = None
         self._ended()

@@ -111,9 +111,24 @@ def _b64json(part: str) -> dict:
     return value
 
 
+def expired() -> Refusal:
+    return _unauthorized(reasons.TOKEN_EXPIRED, "the token has expired; the kubelet refreshes projected tokens, read "
+                         "the token file again")
+
+
+def check_expiry(exp: float, now: float) -> None:
+    """The one expiry rule of a consumer's token, on the entrance and the egress alike: it passes until its `exp`,
+    with no allowance. Dex, which exchanges a peer's token, allows none (go-oidc), so a token past it could only
+    be refused there as an exchange failure; kube-apiserver still authenticates its own tokens for a minute
+    (go-jose's leeway), which the egress must not take for a grant."""
+    if exp <= now:
+        raise expired()
+
+
 def verify_peer_token(token: str, peer: Peer, registry: Registry, keysets: KeySets, *, now: float,
                       skew: float, max_bytes: int) -> VerifiedToken:
-    """Check signature, issuer, time, audience and subject; return what the token allows or raise a Refusal."""
+    """Check signature, issuer, time, audience and subject; return what the token allows or raise a Refusal.
+    `skew` is the allowance on `nbf` for a peer whose clock is ahead (none on `exp`: `check_expiry`)."""
     if len(token) > max_bytes:
         raise _unauthorized(reasons.TOKEN_TOO_LARGE, f"the bearer token is longer than {max_bytes} bytes")
     parts = token.split(".")
@@ -165,9 +180,7 @@ def verify_peer_token(token: str, peer: Peer, registry: Registry, keysets: KeySe
     if exp is None:
         raise _unauthorized(reasons.TOKEN_EXPIRED, "the token has no expiry (exp, a number of seconds); use a "
                             "projected ServiceAccount token")
-    if exp + skew <= now:
-        raise _unauthorized(reasons.TOKEN_EXPIRED, "the token has expired; the kubelet refreshes projected tokens, "
-                            "read the token file again")
+    check_expiry(exp, now)
     nbf = claims.get("nbf")
     not_before = numeric_date(nbf)
     if nbf is not None and not_before is None:
@@ -185,12 +198,14 @@ def verify_peer_token(token: str, peer: Peer, registry: Registry, keysets: KeySe
                             f"with audience {prefix}<capability> for a capability listed in effectiveCapabilities")
     sub = claims.get("sub")
     account = service_account(sub)
+    # A good token of no consumer: forbidden (403), as the egress answers it, not unauthenticated.
     if account is None:
-        raise _unauthorized(reasons.NOT_A_CONSUMER, "the token's subject is not a ServiceAccount")
+        raise Refusal(403, reasons.NOT_A_CONSUMER, "the token's subject is not a ServiceAccount")
     allowed = consumer_capabilities(registry, usable, account)
     if not allowed:
-        raise _unauthorized(reasons.NOT_A_CONSUMER, f"ServiceAccount {account[0]}/{account[1]} of peer {peer.name} "
-                            "is not a consumer of the capabilities its token names")
+        raise Refusal(403, reasons.NOT_A_CONSUMER, f"ServiceAccount {account[0]}/{account[1]} of peer {peer.name} "
+                      "is not a consumer of the capabilities its token names; add it to spec.consumers of the "
+                      "PeeringCapability")
     return VerifiedToken(peer=peer.name, subject=sub, capabilities=allowed, expires=exp)
 
 

@@ -15,14 +15,20 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Generic, TypeVar
 from gateway import tlsstream
 from gateway.framing import Data, FramingError, ResponseFramer, ResponseHead
 from gateway.resolve import OverrideResolver, split_authority
+from gateway.tlsalerts import refused_certificate
 
 #: A pooled connection idle for longer is not used again: safely below kube-apiserver's 90 s idle timeout (Go's
 #: http.Server IdleTimeout there), so that the gateway never sends into the upstream's close.
 REUSE_IDLE_SECONDS = 60.0
 
 
+#: The kind of an UpstreamError whose upstream refused our client certificate (a TLS alert; tlsalerts.py).
+CERTIFICATE_REFUSED = "certificate_refused"
+
+
 class UpstreamError(Exception):
-    """The upstream could not be reached (`connect`) or failed the exchange (`request`)."""
+    """The upstream could not be reached (`connect`), failed the exchange (`request`), or refused our client
+    certificate (`certificate_refused`, the detail the alert's name)."""
 
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(f"{kind}: {detail}")
@@ -204,6 +210,9 @@ class _Connection(PooledIdle, asyncio.Protocol):
     def connection_lost(self, exc: BaseException | None) -> None:
         self.broken = True
         self._stop_idle()
+        alert = refused_certificate(exc)
+        if alert is not None:
+            self._fail(UpstreamError(CERTIFICATE_REFUSED, alert))
         if self.framer.in_answer:
             try:
                 self._handle(self.framer.feed_eof())
@@ -322,6 +331,9 @@ class TLSPool(Generic[_P]):
             conn = await tlsstream.connect(factory, target["host"], target["port"], self.ssl,
                                            server_hostname=self.host, timeout=self.connect_timeout)
         except (OSError, TimeoutError, IndexError, ssl.SSLError, ValueError) as exc:
+            alert = refused_certificate(exc)
+            if alert is not None:
+                raise UpstreamError(CERTIFICATE_REFUSED, alert) from None
             raise UpstreamError("connect", type(exc).__name__) from None
         self.all.add(conn)
         return conn
@@ -338,12 +350,6 @@ class TLSPool(Generic[_P]):
 
 class UpstreamPool(TLSPool[_Connection]):
     """The proxy's lean HTTP/1.1 client over pooled TLS connections to one upstream."""
-
-    def __init__(self, authority: str, ssl_context: ssl.SSLContext, resolver: OverrideResolver, *,
-                 connect_timeout: float, idle_timeout: float, max_idle: int,
-                 reuse_idle: float = REUSE_IDLE_SECONDS) -> None:
-        super().__init__(authority, ssl_context, resolver, connect_timeout=connect_timeout,
-                         idle_timeout=idle_timeout, max_idle=max_idle, reuse_idle=reuse_idle)
 
     def _usable(self, conn: _Connection) -> bool:
         return super()._usable(conn) and not conn.broken

@@ -188,3 +188,11 @@ def upstream_dex_or_skip():
     from lab.real import build as builder
 
     return _built_or_skip(builder.require_dex, "UPSTREAM DEX NOT TESTED")
+
+
+def promtool_or_skip(not_tested: str) -> str:
+    """The built `promtool`; without it a loud skip (`<not_tested>: why`), or a failure when
+    PEERING_REQUIRE_REAL_APISERVER=1 (CI)."""
+    from lab.real import build as builder
+
+    return str(_built_or_skip(builder.promtool, not_tested))

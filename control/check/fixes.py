@@ -12,7 +12,7 @@ READY = {
     "PeerUnreachable": "check that peering-gateway.<domain> of the other cluster resolves and is reachable "
         "from this cluster without TLS termination, and that the module runs there; the peering"
         " stays meanwhile",
-    "PeerRefusedCertificate": "the other cluster refuses our certificate: it has probably deleted its "
+    reasons.PEER_REFUSED_CERTIFICATE: "the other cluster refuses our certificate: it has probably deleted its "
         "ClusterPeer (revoked the peering). Ask its administrator; if so, delete this "
         "ClusterPeer too, or establish the peering anew on both clusters",
     reasons.OFFER_INVALID: "the other cluster's offer broke a bound; check the module's version and its "
@@ -89,6 +89,9 @@ CONSUMER = {
     reasons.PEER_UNKNOWN: "the other cluster does not know this peering any more (revoked): establish it anew",
     reasons.PEER_NOT_CONNECTED: "the other cluster's entrance cannot be reached: see the clusterpeer line",
     reasons.PEER_CREDENTIALS_INVALID: "the peering's credentials are unusable: see the certificates line",
+    reasons.PEER_REFUSED_CERTIFICATE: "the other cluster refuses our client certificate: see the clusterpeer and "
+        "certificates lines",
+    reasons.TOKEN_EXPIRED: "read the projected token file again: the kubelet renews it before it expires",
     reasons.TOKEN_EXCHANGE_REFUSED: "Dex of the other cluster refused the token: its TokenExchangeReady says "
         "why",
     reasons.TOKEN_EXCHANGE_MISCONFIGURED: "the other cluster's module cannot use its Dex client: run `peering "

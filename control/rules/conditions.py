@@ -251,7 +251,7 @@ JOINING = "Joining"
 CREDENTIALS_PENDING = "CredentialsPending"
 AWAITING_OFFER = "AwaitingOffer"
 PEER_UNREACHABLE = "PeerUnreachable"
-PEER_REFUSED_CERTIFICATE = "PeerRefusedCertificate"
+PEER_REFUSED_CERTIFICATE = reasons.PEER_REFUSED_CERTIFICATE
 CREDENTIALS_FROM_OTHER_CA = "CredentialsFromOtherCA"
 INVALID_SPEC = "InvalidSpec"
 #: Join refusals and connection-string errors the administrator must fix: phase Error until the spec changes.

@@ -15,7 +15,7 @@ import yaml
 
 from chart_paths import CHART_DIR
 from module_values import BASE_MODULES, objects, values
-from lab.real import build as builder
+from lab.testing import promtool_or_skip
 
 DASHBOARDS = CHART_DIR / "monitoring" / "grafana-dashboards"
 # Grafana's interval variables as a query would get them; any other variable (a dashboard's own, such as $peer,
@@ -25,12 +25,7 @@ INTERVALS = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h", "__ra
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    try:
-        return str(builder.promtool())
-    except builder.BuildError as e:
-        if builder.required():
-            pytest.fail(f"{builder.REQUIRE_ENV} is set, so promtool must be built: {e}", pytrace=False)
-        pytest.skip(f"PROMQL NOT PARSED: {e}")
+    return promtool_or_skip("PROMQL NOT PARSED")
 
 
 def check_rules(promtool: str, groups: list[dict], tmp_path, name: str) -> subprocess.CompletedProcess:

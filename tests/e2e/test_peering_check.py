@@ -275,6 +275,12 @@ async def test_an_expired_certificate(lab):
         failing, fix = line(text, "clusterpeer to-a")
         assert "[PeerRefusedCertificate]" in failing and "our client certificate toward the peer expired" in failing
         assert "clocks" in fix and "revoked" not in fix
+        # A consumer meets the same reason at the egress, and what its administrator does, not a 502.
+        code, text = await check(b, "--peer", "to-a", "--consumer", "consumer/app", "--capability", CAP,
+                                 "--resource", "configmaps", "--namespace", PROJECT)
+        failing, fix = line(text, "consumer request")
+        assert code == 1 and "HTTP 503 PeerRefusedCertificate" in failing and "established anew" in failing
+        assert "refuses our client certificate" in fix
     finally:
         _put(b, "peer-to-a", saved)
     await _healthy(b, "to-a")

@@ -30,6 +30,7 @@ CLUSTER = "11111111-1111-1111-1111-111111111111"
 PEER_UUID = "22222222-2222-2222-2222-222222222222"
 ISSUER = "https://issuer.peer.lab"
 ENTRANCE_HOST = "peering-gateway.x.lab"
+REVIEW_LEEWAY = 60.0
 
 
 async def close_stream(writer: asyncio.StreamWriter) -> None:
@@ -58,6 +59,8 @@ class Upstream:
     port: int = 0
     #: Requests still to fail by closing the connection without an answer (a crashed API server).
     fail_next: int = 0
+    #: A watch's connection is cut after its events instead of ending cleanly (an API server going away).
+    watch_cut: bool = False
 
 
 @dataclass
@@ -184,6 +187,10 @@ def api_app(state: Upstream) -> web.Application:
                                                                       "resourceVersion": str(i + 1)}}}
                     await resp.write(json.dumps(event).encode() + b"\n")
                     await asyncio.sleep(state.watch_interval)
+                if state.watch_cut:
+                    assert request.transport is not None
+                    request.transport.abort()
+                    return resp
                 await resp.write_eof()
             finally:
                 state.watch_closed.set()
@@ -209,7 +216,9 @@ def api_app(state: Upstream) -> web.Application:
             claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
         except (ValueError, IndexError):
             claims = {}
-        if claims.get("iss") != ISSUER or claims.get("exp", 0) < time.time():
+        # kube-apiserver authenticates its own tokens until a minute past their exp (go-jose's default leeway, as
+        # lab/apiserver/auth/tokens.py has it): the egress must not take that for a grant.
+        if claims.get("iss") != ISSUER or claims.get("exp", 0) + REVIEW_LEEWAY < time.time():
             return web.json_response({**review, "status": {"authenticated": False}}, status=201)
         aud = claims.get("aud") or []
         return web.json_response({**review, "status": {
@@ -345,3 +354,16 @@ async def session_for(pki):
     yield make
     for s in sessions:
         await s.close()
+
+
+def access_lines(records: list, listener: str | None = None) -> list[dict]:
+    """The gateway.access lines among log `records` (caplog.records), of `listener` or all, as parsed JSON."""
+    lines = [json.loads(r.getMessage()) for r in records if r.name == "gateway.access"]
+    return [line for line in lines if listener is None or line["listener"] == listener]
+
+
+def request_counts(gw: Gateway, listener: str) -> dict[tuple[str, str, str, str], float]:
+    """peering_gateway_requests_total of `listener` on `gw`: (peer, capability, code, outcome) -> count."""
+    return {(s.labels["peer"], s.labels["capability"], s.labels["code"], s.labels["outcome"]): s.value
+            for family in gw.metrics.requests.collect() for s in family.samples
+            if s.name.endswith("_total") and s.labels["listener"] == listener}

@@ -10,7 +10,8 @@ import pytest
 
 from contract.errors import Refusal
 from gateway.admission import (Admitted, ClientState, NeedsExchange, NeedsReview, admit_egress, admit_entrance,
-                               admit_peer_call, closes_connection, complete, is_watch, upstream_refusal)
+                               admit_peer_call, closes_connection, complete, is_watch, not_held, upstream_refusal)
+from gateway.authority import Authority
 from gateway.exchange import ExchangeCache
 from gateway.metrics import Metrics
 from gateway.registry import cert_fingerprints
@@ -162,7 +163,28 @@ def test_upstream_failures_and_closing_refusals():
             upstream_refusal(UpstreamError("connect", "x")).reason) == (503, "UpstreamUnavailable")
     failed = upstream_refusal(UpstreamError("request", "malformed response"))
     assert (failed.code, failed.reason) == (502, "UpstreamFailed") and "malformed response" in failed.message
+    # A peer's entrance refusing our client certificate is the ClusterPeer's reason, for the egress (the peering
+    # is named); for the entrance's API server, an upstream failure like any other.
+    refused = upstream_refusal(UpstreamError("certificate_refused", "CERTIFICATE_EXPIRED"), "to-a")
+    assert (refused.code, refused.reason) == (503, "PeerRefusedCertificate")
+    assert "to-a" in refused.message and "established anew" in refused.message
+    revoked = upstream_refusal(UpstreamError("certificate_refused", "CERTIFICATE_UNKNOWN"), "to-a")
+    assert "revoked" in revoked.message and "anew" not in revoked.message
+    assert upstream_refusal(UpstreamError("certificate_refused", "UNKNOWN_CA")).reason == "UpstreamFailed"
     assert closes_connection(Refusal(403, "PeerUnknown", "")) and closes_connection(Refusal(400, "UpgradeRefused", ""))
     assert not closes_connection(Refusal(401, "TokenExpired", ""))
     assert [is_watch(t) for t in (b"/a?watch=1", b"/a?x=1&watch=true", b"/a?watch=false", b"/watch", b"/a")] == [
         True, True, False, False, False]
+
+
+def test_a_request_held_back_says_whether_its_token_expired_or_its_grant_was_withdrawn():
+    """What admitted a request may end while it waited (for Dex, a review, a connection): an expiry is
+    TokenExpired, as admission would have said a moment later; a newer registry is a withdrawal."""
+    def authority(expires: float) -> Authority:
+        return Authority("peer", frozenset({"read-pods"}), ("mod", "controller"), expires)
+
+    gone = not_held(authority(time.time() - 1))
+    assert (gone.code, gone.reason) == (401, "TokenExpired")
+    withdrawn = not_held(authority(time.time() + 600))
+    assert (withdrawn.code, withdrawn.reason) == (403, "NoEffectiveCapability") and "withdrawn" in withdrawn.message
+    assert not_held(None).reason == "NoEffectiveCapability"

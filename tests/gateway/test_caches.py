@@ -77,6 +77,6 @@ def test_request_counters_keep_counting_when_their_lookup_table_evicts():
         accounting.finish("entrance", f"peer-{i}", "-", "GET", "/", 200, time.perf_counter())
     accounting.finish("entrance", "peer-0", "-", "GET", "/", 200, time.perf_counter())
     assert metrics.registry.get_sample_value("peering_gateway_requests_total", {
-        "listener": "entrance", "peer": "peer-0", "capability": "-", "code": "2xx"}) == 2.0
+        "listener": "entrance", "peer": "peer-0", "capability": "-", "code": "2xx", "outcome": "answered"}) == 2.0
     assert metrics.registry.get_sample_value("peering_gateway_requests_total", {
-        "listener": "entrance", "peer": "peer-10000", "capability": "-", "code": "2xx"}) == 1.0
+        "listener": "entrance", "peer": "peer-10000", "capability": "-", "code": "2xx", "outcome": "answered"}) == 1.0

@@ -89,3 +89,44 @@ async def test_egress_reports_an_unreachable_peer(pki, issuer_key, upstream, dex
             assert (r.status, (await r.json())["reason"]) == (503, "UpstreamUnavailable")
     finally:
         await egress.stop()
+
+
+async def test_a_token_past_its_expiry_is_token_expired_though_the_api_server_would_still_review_it(
+        gateway, pki, issuer_key, upstream, dex, handlers, session_for):
+    """kube-apiserver authenticates its own tokens for a minute past `exp` (go-jose's leeway): the egress refuses
+    such a token as expired, as the peer's entrance does, not as a withdrawal (403 NoEffectiveCapability) and not
+    later as TokenInvalid."""
+    egress = await _egress_gateway(pki, issuer_key, upstream, dex, handlers, gateway)
+    try:
+        s = session_for(egress, None)
+        for past in (1, 20, 59, 120):
+            async with s.get(EGRESS + "/peers/peer/api", headers={
+                    "Authorization": f"Bearer {make_token(issuer_key, exp_in=-past)}"}) as r:
+                assert (r.status, (await r.json())["reason"]) == (401, "TokenExpired"), past
+        assert upstream.reviews == 0 and dex.calls == 0  # decided here: never reviewed, never sent to the peer
+    finally:
+        await egress.stop()
+
+
+async def test_a_peer_refusing_our_client_certificate_is_peer_refused_certificate(
+        gateway, pki, issuer_key, upstream, dex, handlers, session_for):
+    """The peer's entrance refuses the client certificate it issued us once it expired (a TLS alert): the consumer
+    gets the ClusterPeer's reason, PeerRefusedCertificate, with what its administrator does, not 502 UpstreamFailed."""
+    from dataclasses import replace
+
+    egress = await _egress_gateway(pki, issuer_key, upstream, dex, handlers, gateway)
+    try:
+        reg = egress.state.registry
+        peer = replace(reg.peers["peer"], client_cert_pem=pki["expired"].cert_chain_pems[0].bytes(),
+                       client_key_pem=pki["expired"].private_key_pem.bytes())
+        egress.publish(replace(reg, generation=2, peers={"peer": peer}))
+        s = session_for(egress, None)
+        async with s.get(EGRESS + "/peers/peer/api", headers={"Authorization": f"Bearer {make_token(issuer_key)}"}) as r:
+            body = await r.json()
+        assert (r.status, body["reason"], body["details"]["causes"][0]["reason"]) == (
+            503, "PeerRefusedCertificate", "PeerRefusedCertificate")
+        assert "certificate_expired" in body["message"] and "established anew" in body["message"]
+        assert egress.metrics.upstream_errors.labels("egress", "certificate_refused")._value.get() == 1
+        assert gateway.metrics.handshake_failures.labels("entrance", "expired_certificate")._value.get() == 1
+    finally:
+        await egress.stop()

@@ -105,7 +105,7 @@ async def test_revoked_peer_open_watch_is_closed_within_a_second(gateway, sessio
     ("subject", "NotAConsumer"), ("signature", "TokenSignatureInvalid"), ("missing", "TokenMissing"),
     ("garbage", "TokenMalformed"),
 ])
-async def test_token_attacks_get_401_with_their_reason(gateway, session_for, issuer_key, dex, attack, reason):
+async def test_token_attacks_are_refused_with_their_reason(gateway, session_for, issuer_key, dex, attack, reason):
     from jwcrypto import jwk, jwt
     import base64
     if attack == "none":
@@ -145,8 +145,31 @@ async def test_token_attacks_get_401_with_their_reason(gateway, session_for, iss
     s = session_for(gateway)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with s.get(PODS, headers=headers) as resp:
-        assert await status_of(resp) == (401, reason)
+        # 401 for a token that fails a rule; 403 for a good one of no consumer, as the egress answers it.
+        assert await status_of(resp) == (403 if reason == "NotAConsumer" else 401, reason)
     assert dex.calls == 0
+
+
+async def test_a_token_past_its_expiry_is_token_expired_and_never_reaches_dex(gateway, session_for, issuer_key, dex):
+    """No allowance on `exp`: Dex, which would exchange it, allows none, so a token past it is TokenExpired here,
+    as at the egress, never a Dex refusal that the ClusterPeer's TokenExchangeReady would show. A token verified
+    while good is refused from its `exp` on, on the connection that sent it before."""
+    import time
+
+    s = session_for(gateway)
+    async with s.get(PODS, headers={"Authorization": f"Bearer {make_token(issuer_key, exp_in=-5)}"}) as resp:
+        assert await status_of(resp) == (401, "TokenExpired")
+    assert dex.calls == 0
+    token = make_token(issuer_key, exp_in=1.5)
+    exp = int(time.time() + 1.5)  # as make_token truncates it
+    async with s.get(PODS, headers={"Authorization": f"Bearer {token}"}) as resp:
+        assert resp.status == 200
+    async with asyncio.timeout(5):
+        while time.time() < exp:
+            await asyncio.sleep(0.05)
+    async with s.get(PODS, headers={"Authorization": f"Bearer {token}"}) as resp:
+        assert await status_of(resp) == (401, "TokenExpired")
+    assert dex.calls == 1 and "peering-peer" not in gateway.exchange_failures
 
 
 async def test_impersonation_is_forbidden(gateway, session_for, issuer_key, upstream):

@@ -82,8 +82,8 @@ async def test_ops_listener_reports_health_readiness_and_metrics(pki, issuer_key
                 assert r.status == 200
             async with http.get(base + "/metrics") as r:
                 text = await r.text()
-            assert 'peering_gateway_requests_total{capability="read-pods",code="2xx",listener="entrance",peer="peer"}' \
-                in text
+            assert ('peering_gateway_requests_total{capability="read-pods",code="2xx",listener="entrance",'
+                    'outcome="answered",peer="peer"}') in text
             assert 'peering_gateway_handshake_failures_total{listener="entrance",reason="certificates_not_loaded"}' \
                 in text
             assert "peering_gateway_token_exchange_calls_total" in text and "peering_gateway_dex_seconds" in text

@@ -85,7 +85,7 @@ async def test_a_withdrawal_closes_an_open_entrance_watch_within_a_second(gatewa
     assert len(gateway.state.streams) == 0
     # and a new request is refused by admission, not only cut
     async with s.get(URL + "/api/v1/pods", headers={"Authorization": f"Bearer {make_token(issuer_key)}"}) as r:
-        assert r.status == 401
+        assert (r.status, (await r.json())["reason"]) in ((401, "TokenAudienceMismatch"), (403, "NotAConsumer"))
 
 
 @pytest.mark.parametrize("path", ["raw", "aiohttp"])
