@@ -1,8 +1,9 @@
 """gateway/tokens.py verify_peer_token on a peer's bearer token: any text, or a header or payload of the fuzzer's
-signed with one of the peer's keys. The answer is a VerifiedToken or a 401 Refusal of the token rules that never
-quotes the token's signature; a token verifies only when a verifier written apart from the module's (cryptography,
-strict base64url) says its signature is the peer's key's over exactly its text, and its signed claims hold to the
-rules (issuer, expiry and nbf with the skew, an audience of an effective capability its subject consumes)."""
+signed with one of the peer's keys. The answer is a VerifiedToken or a Refusal of the token rules (401; 403 for
+NotAConsumer) that never quotes the token's signature; a token verifies only when a verifier written apart from the
+module's (cryptography, strict base64url) says its signature is the peer's key's over exactly its text, and its
+signed claims hold to the rules (issuer, an expiry still ahead, nbf with the skew, an audience of an effective
+capability its subject consumes)."""
 
 from __future__ import annotations
 
@@ -78,7 +79,9 @@ def check(token: str) -> None:
         verified = verify_peer_token(token, peer_material()["peer"], peer_material()["registry"], KEYSETS, now=NOW_S,
                                      skew=SKEW, max_bytes=MAX_TOKEN)
     except Refusal as refusal:
-        if refusal.code != 401 or refusal.reason not in REASONS or not refusal.message:
+        # A good token of no consumer is forbidden (403); every other refusal of the token rules is a 401.
+        code = 403 if refusal.reason == reasons.NOT_A_CONSUMER else 401
+        if refusal.code != code or refusal.reason not in REASONS or not refusal.message:
             raise AssertionError(f"a refusal {refusal.code} {refusal.reason!r}") from None
         signature = token.rpartition(".")[2]
         if len(signature) >= 16 and signature in refusal.message:

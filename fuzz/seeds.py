@@ -137,14 +137,14 @@ CONSUMES = {"system:serviceaccount:mod:controller": frozenset({"read-pods"}),
 
 def granted(claims: object) -> frozenset[str]:
     """What the token rules (DESIGN.md 7, step 2) grant a token of the peer with these claims, signed by the key
-    its kid names in that key's algorithm: the peer's issuer, an expiry and any nbf that hold with the skew, and
-    the effective capabilities its audiences name that its subject consumes. Empty: refused."""
+    its kid names in that key's algorithm: the peer's issuer, an expiry still ahead (no allowance), any nbf that
+    holds with the skew, and the effective capabilities its audiences name that its subject consumes. Empty: refused."""
     from gateway.tokens import numeric_date
 
     if not isinstance(claims, dict) or claims.get("iss") != ISSUER:
         return frozenset()
     exp, nbf = numeric_date(claims.get("exp")), claims.get("nbf")
-    if exp is None or exp + SKEW <= NOW_S:
+    if exp is None or exp <= NOW_S:
         return frozenset()
     if nbf is not None and ((not_before := numeric_date(nbf)) is None or not_before - SKEW > NOW_S):
         return frozenset()

@@ -39,7 +39,9 @@ def verdict(token: str) -> VerifiedToken | Refusal:
     try:
         return verify_peer_token(token, PEER, REGISTRY, KEYSETS, now=NOW_S, skew=SKEW, max_bytes=MAX_TOKEN)
     except Refusal as refusal:
-        assert refusal.code == 401 and refusal.reason in TOKEN_REASONS, (refusal.code, refusal.reason)
+        # A good token of no consumer is forbidden (403), as the egress answers it; the rest unauthenticated.
+        code = 403 if refusal.reason == reasons.NOT_A_CONSUMER else 401
+        assert refusal.code == code and refusal.reason in TOKEN_REASONS, (refusal.code, refusal.reason)
         assert refusal.message and (len(token) < 16 or token not in refusal.message)
         signature = token.rpartition(".")[2]
         assert len(signature) < 16 or signature not in refusal.message

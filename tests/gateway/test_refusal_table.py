@@ -267,7 +267,7 @@ CASES: dict[str, dict[str, tuple[tuple[str, ...], Callable[..., Drive]]]] = {
         "entrance": (BOTH, token(aud=[f"peering.deckhouse.io/{CLUSTER}/write-secrets"])),
         "egress": ((), token(aud=["peering.deckhouse.io/x/read-pods"]))},
     reasons.TOKEN_MALFORMED: {"entrance": (BOTH, get(Authorization="Bearer not.a.jwt"))},
-    reasons.TOKEN_ALGORITHM_REFUSED: {"entrance": (BOTH, get(Authorization="Bearer e30.e30.x"))},
+    reasons.TOKEN_ALGORITHM_REFUSED: {"entrance": (BOTH, get(Authorization="Bearer e30.e30.eA"))},
     reasons.TOKEN_KEY_UNKNOWN: {"entrance": (BOTH, token(kid="unknown-kid"))},
     reasons.TOKEN_SIGNATURE_INVALID: {"entrance": (BOTH, get(Authorization="Bearer " + make_token(jwk.JWK.generate(
         kty="EC", crv="P-256", kid="peer-key-1"))))},
