@@ -58,6 +58,7 @@ from lab.userauthn import (
     dex_client_secret,
     register_dex_client,
 )
+from lab.workload import DeploymentPlayer
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,10 @@ class Replica:
     ports: dict[str, int] = dataclasses.field(default_factory=dict)
     state: str = "not started"
     watcher: asyncio.Task | None = None
+    returncode: int | None = None
+    """How its last process ended (None while it runs, or before it first ran)."""
+    stopped_by: int | None = None
+    """The signal `stop_replica` sent it last (None: it was not stopped by the lab)."""
 
     def info(self) -> dict:
         return {"index": self.index, "identity": self.identity, "state": self.state,
@@ -266,6 +271,8 @@ class LabCluster:
                          for i in range(replicas)]
         self.peering_state = "not started"
         self._peering_base: list[str] | None = None
+        # On the real backend: the Pods of the module's Deployment and its status, from the replicas (lab/workload.py).
+        self.workload: Any = None
         # What this cluster's clients must resolve and trust: its own names until `Lab` adds the others'.
         self.resolve: dict[str, str] = {}
         self.trusted_ca_pems: list[bytes] = []
@@ -466,6 +473,7 @@ class LabCluster:
             logf.close()
         replica.process = proc
         replica.state = "starting"
+        replica.returncode = replica.stopped_by = None
         try:
             replica.ports = await self._wait_ready(replica, proc)
         except BaseException:
@@ -482,14 +490,22 @@ class LabCluster:
         # Like the endpoints controller: a replica that exits leaves the Service's endpoints.
         replica.watcher = asyncio.ensure_future(self._watch_exit(replica, proc))
         self._publish_endpoints()
+        await self._publish_workload()
 
     async def _watch_exit(self, replica: "Replica", proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
         if replica.process is proc:
             replica.state = f"exited ({proc.returncode})"
+            replica.returncode = proc.returncode
             log.info("cluster %s: replica %d (%s) exited with %s", self.name, replica.index, replica.identity,
                      proc.returncode)
         self._publish_endpoints()
+        await self._publish_workload()
+
+    async def _publish_workload(self) -> None:
+        """Like the kubelet and the deployment controller: the replicas' Pods and the Deployment's status."""
+        if self.workload is not None:
+            await self.workload.publish(self.replicas)
 
     def _publish_endpoints(self) -> None:
         """The balancers send to the replicas that are running (ready, not exited, not being stopped)."""
@@ -560,10 +576,12 @@ class LabCluster:
                 proc.kill()
                 await proc.wait()
         replica.state = f"stopped (exit {proc.returncode})"
+        replica.returncode, replica.stopped_by = proc.returncode, sig
         if watcher is not None:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
         self._publish_endpoints()
+        await self._publish_workload()
         return proc.returncode
 
     async def stop_peering(self) -> None:
@@ -612,7 +630,8 @@ class LabCluster:
     # --- seeding ---
 
     async def seed(self) -> None:
-        """What a fresh Deckhouse cluster with the module enabled holds, minus the module's own Deployment."""
+        """What a fresh Deckhouse cluster with the module enabled holds; its Deployment's processes are the lab's
+        replicas (on the real backend the Deployment is stored, and lab/workload.py writes its Pods)."""
         api = self.api
         for ns in ("kube-system", "default", NAMESPACE):
             _ignore_exists(lambda ns=ns: api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
@@ -622,6 +641,8 @@ class LabCluster:
         # What user-authn writes for the chart's DexClient `peering`: the secret alone, the ID being derived.
         api.create(dex_client_secret(MODULE_DEX_CLIENT_NAME, NAMESPACE, self.dex_client_secret))
         await self.install_chart_rbac()
+        player = DeploymentPlayer(api, NAMESPACE, cluster=self.name)
+        self.workload = player if player.served() else None
         sa = api.get("", "serviceaccounts", "peering", NAMESPACE)
         if sa is None:
             sa = api.create({"apiVersion": "v1", "kind": "ServiceAccount",
@@ -641,13 +662,17 @@ class LabCluster:
         values = deckhouse_module.module_values(
             {}, public_domain_template=f"%s.{self.name}.lab", cluster_uuid=self.uuid,
             https={"mode": "CertManager", "certManager": {"clusterIssuerName": "letsencrypt"}},
-            enabled_modules=LAB_ENABLED_MODULES)
+            enabled_modules=LAB_ENABLED_MODULES, high_availability=len(self.replicas) > 1)
         served, skipped = [], set()
         for obj in deckhouse_module.render(values):
             if self.api is not None and self.api.registry.by_kind(obj["apiVersion"], obj["kind"]) is None:
                 skipped.add(f"{obj['apiVersion']}/{obj['kind']}")
-            else:
-                served.append(obj)
+                continue
+            if obj["kind"] == "Deployment":
+                # As scaled to the lab's replicas (the chart runs 1, and 2 in high availability, which the lab
+                # renders with more than one replica).
+                obj["spec"]["replicas"] = len(self.replicas)
+            served.append(obj)
         self.chart_skipped = sorted(skipped)
         served.sort(key=lambda o: INSTALL_ORDER.index(o["kind"]) if o["kind"] in INSTALL_ORDER else len(INSTALL_ORDER))
         return served

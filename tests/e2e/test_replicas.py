@@ -21,7 +21,7 @@ import pytest_asyncio
 from control.config import LeaseSettings
 from control.rules.access import audience
 from gateway.resolve import OverrideResolver
-from lab.testing import lab_clusters
+from lab.testing import apiserver_backends, lab_clusters
 from peering_lab import (API_VERSION, clusterpeer, connection_string, create_invite, create_join, fast_peering_command,
                          ready, until, until_equal)
 
@@ -84,10 +84,10 @@ async def _leader(cluster, timeout: float = 30.0):
     return await until(cluster.leader, timeout=timeout, what=f"a leader of cluster {cluster.name}")
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lab(tmp_path_factory):
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
+async def lab(request, tmp_path_factory):
     async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command,
-                            replicas=2) as lab:
+                            replicas=2, apiserver=request.param) as lab:
         a, b = lab["a"], lab["b"]
         for cluster in (a, b):
             _setup(cluster)
