@@ -156,8 +156,9 @@ def _ready(pod: dict) -> bool:
 def pod_state(replica: Any) -> str | None:
     """What the Pod of `replica` is to show: "running", "terminated", "absent", or None (unchanged: starting)."""
     state = replica.state
-    if state == "running" and replica.process is not None and replica.process.returncode is None:
-        return "running"
+    if state == "running":
+        alive = replica.process is not None and replica.process.returncode is None
+        return "running" if alive else "terminated"
     if state == "not started":
         return "absent"
     if state.startswith("stopped"):
