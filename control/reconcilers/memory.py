@@ -23,7 +23,8 @@ class PeerMemory:
     #: monotonic time of the next offer pull; 0 means now.
     pull_at: float = 0.0
     sync_failures: int = 0
-    #: the certificate we issued to the inviter was delivered with /peering/v1/credentials (by this process).
+    #: the public key fingerprint of the inviter's key whose certificate (issued by us) this process delivered
+    #: with /peering/v1/credentials; "" before.
     delivered: str = ""
     #: our offer as last announced with /peering/v1/notify (so a changed offer is announced once).
     notified_offer: dict | None = None
