@@ -494,13 +494,15 @@ class LabCluster:
 
     async def _watch_exit(self, replica: "Replica", proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
-        if replica.process is proc:
+        exited = replica.process is proc  # not stopped by stop_replica, which publishes the Pods itself
+        if exited:
             replica.state = f"exited ({proc.returncode})"
             replica.returncode = proc.returncode
             log.info("cluster %s: replica %d (%s) exited with %s", self.name, replica.index, replica.identity,
                      proc.returncode)
         self._publish_endpoints()
-        await self._publish_workload()
+        if exited:
+            await self._publish_workload()
 
     async def _publish_workload(self) -> None:
         """Like the kubelet and the deployment controller: the replicas' Pods and the Deployment's status."""
