@@ -86,9 +86,13 @@ def problems(items: list[dict], exceptions: dict[str, tuple[str, str]] = EXCEPTI
     for test, backends in sorted(tests.items()):
         entry = exceptions.get(test) or exceptions.get(test.split("::", 1)[0])
         if entry is None:
-            if backends != BOTH:
-                out.append(f"{test} runs on {', '.join(sorted(backends)) or 'no backend'} only: make its fixture "
-                           "take params=apiserver_backends(), or name it in tests/backends.py EXCEPTIONS with why")
+            if not backends:
+                out.append(f"{test} is marked with no backend: it runs on the emulator by default, or talks to no "
+                           "API server; make its fixture take params=apiserver_backends(), or name it in "
+                           "tests/backends.py EXCEPTIONS (pure, or why it cannot)")
+            elif backends != BOTH:
+                out.append(f"{test} runs on {', '.join(sorted(backends))} only: make its fixture take "
+                           "params=apiserver_backends(), or name it in tests/backends.py EXCEPTIONS with why")
             continue
         wanted = _WANTED.get(entry[0])
         if wanted is not None and frozenset(backends) != wanted:

@@ -77,7 +77,7 @@ def test_an_unlisted_test_on_one_backend_fails_and_so_does_one_on_none():
     found = backends.problems(items, LISTED)
     assert len(found) == 2
     assert found[0].startswith(f"{E2E}::test_flow runs on emulator only")
-    assert found[1].startswith("tests/gateway/test_kubectl.py::test_k runs on no backend only")
+    assert found[1].startswith("tests/gateway/test_kubectl.py::test_k is marked with no backend")
 
 
 def test_an_exception_that_no_longer_is_one_fails():
