@@ -52,6 +52,7 @@ from lab.ingress import Ingress, TcpPassthrough
 from lab.module_manager import GROUP as DECKHOUSE_GROUP, PEERING, USER_AUTHN, ModuleManager
 from lab.userauthn import UserAuthn
 from lab.userauthn_module import MODULE_DEX_CLIENT_ID, MODULE_DEX_CLIENT_SECRET_NAME
+from lab.workload import DeploymentPlayer
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,10 @@ class Replica:
     ports: dict[str, int] = dataclasses.field(default_factory=dict)
     state: str = "not started"
     watcher: asyncio.Task | None = None
+    returncode: int | None = None
+    """How its last process ended (None while it runs, or before it first ran)."""
+    stopped_by: int | None = None
+    """The signal `stop_replica` sent it last (None: it was not stopped by the lab)."""
 
     def info(self) -> dict:
         return {"index": self.index, "identity": self.identity, "state": self.state,
@@ -272,6 +277,8 @@ class LabCluster:
                          for i in range(replicas)]
         self.peering_state = "not started"
         self._peering_base: list[str] | None = None
+        # On the real backend: the Pods of the module's Deployment and its status, from the replicas (lab/workload.py).
+        self.workload: Any = None
         # What this cluster's clients must resolve and trust: its own names until `Lab` adds the others'.
         self.resolve: dict[str, str] = {}
         self.trusted_ca_pems: list[bytes] = []
@@ -506,6 +513,7 @@ class LabCluster:
             logf.close()
         replica.process = proc
         replica.state = "starting"
+        replica.returncode = replica.stopped_by = None
         try:
             replica.ports = await self._wait_ready(replica, proc)
         except BaseException:
@@ -522,14 +530,24 @@ class LabCluster:
         # Like the endpoints controller: a replica that exits leaves the Service's endpoints.
         replica.watcher = asyncio.ensure_future(self._watch_exit(replica, proc))
         self._publish_endpoints()
+        await self._publish_workload()
 
     async def _watch_exit(self, replica: "Replica", proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
-        if replica.process is proc:
+        exited = replica.process is proc  # not stopped by stop_replica, which publishes the Pods itself
+        if exited:
             replica.state = f"exited ({proc.returncode})"
+            replica.returncode = proc.returncode
             log.info("cluster %s: replica %d (%s) exited with %s", self.name, replica.index, replica.identity,
                      proc.returncode)
         self._publish_endpoints()
+        if exited:
+            await self._publish_workload()
+
+    async def _publish_workload(self) -> None:
+        """Like the kubelet and the deployment controller: the replicas' Pods and the Deployment's status."""
+        if self.workload is not None:
+            await self.workload.publish(self.replicas)
 
     def _publish_endpoints(self) -> None:
         """The balancers send to the replicas that are running (ready, not exited, not being stopped)."""
@@ -600,10 +618,12 @@ class LabCluster:
                 proc.kill()
                 await proc.wait()
         replica.state = f"stopped (exit {proc.returncode})"
+        replica.returncode, replica.stopped_by = proc.returncode, sig
         if watcher is not None:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
         self._publish_endpoints()
+        await self._publish_workload()
         return proc.returncode
 
     async def stop_peering(self) -> None:
@@ -656,13 +676,17 @@ class LabCluster:
     async def seed(self) -> None:
         """What a fresh Deckhouse cluster holds: its namespaces and UUID, and the module manager with the
         ModuleConfigs global, user-authn (publishAPI on: the guide's preparation) and, unless the cluster starts
-        without the module, peering, which the module manager installs from charts/peering."""
+        without the module, peering, which the module manager installs from charts/peering. The Deployment's
+        processes are the lab's replicas (on the real backend the Deployment is stored, and lab/workload.py writes
+        its Pods)."""
         api = self.api
         for ns in ("kube-system", "default"):
             _ignore_exists(lambda ns=ns: api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
         api.create({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "d8-cluster-uuid", "namespace": "kube-system"},
                     "data": {"cluster-uuid": self.uuid}})
+        player = DeploymentPlayer(api, NAMESPACE, cluster=self.name)
+        self.workload = player if player.served() else None
         self.modules = ModuleManager(self, other_modules=OTHER_MODULES)
         await self.modules.start(self.module_configs())
 

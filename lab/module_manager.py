@@ -317,10 +317,16 @@ class ModuleManager:
         return deckhouse_module.module_values(
             settings, public_domain_template=modules.get("publicDomainTemplate") or self.cluster.public_domain_template,
             cluster_uuid=self.cluster.uuid, https=modules.get("https"),
-            enabled_modules=sorted(self.enabled | {PEERING} | set(self.other_modules)))
+            enabled_modules=sorted(self.enabled | {PEERING} | set(self.other_modules)),
+            high_availability=len(self.cluster.replicas) > 1)
 
     def _served(self, objs: list[dict]) -> list[dict]:
         served = [o for o in objs if self.api.registry.by_kind(o["apiVersion"], o["kind"]) is not None]
+        for obj in served:
+            if obj["kind"] == "Deployment":
+                # As scaled to the lab's replicas (the chart runs 1, and 2 in high availability, which the lab
+                # renders with more than one replica).
+                obj["spec"]["replicas"] = len(self.cluster.replicas)
         return sorted(served, key=lambda o: INSTALL_ORDER.index(o["kind"]) if o["kind"] in INSTALL_ORDER
                       else len(INSTALL_ORDER))
 

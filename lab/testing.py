@@ -25,6 +25,7 @@ or through the pytest fixture factories, at module level:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import pathlib
@@ -32,10 +33,11 @@ import ssl
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Iterable, Iterator
 
-from lab.cluster import (APISERVERS, READY_TIMEOUT, ROOT, Lab, PeeringCommand, check_apiserver,
-                         default_peering_command)
+from lab.cluster import (APISERVERS, LAB_CRDS, READY_TIMEOUT, ROOT, Lab, PeeringCommand, check_apiserver,
+                         crd_documents, default_peering_command)
+from lab.kubeapi import AGGREGATED
 
 KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
 
@@ -61,6 +63,112 @@ async def lab_clusters(dir: pathlib.Path, names: list[str], *,
         yield lab
     finally:
         await lab.stop()
+
+
+class RealApiserverAlone:
+    """A real etcd + kube-apiserver + kube-controller-manager and nothing else (no Dex, no user-authn, no peering
+    process), with the lab's CRDs (Project, TokenExchangeProvider) and `crd_paths`, shared by the tests of a
+    module: `reset()` gives the next one what a new emulator gives it (lab/apiserver/testing.py
+    `start_test_apiserver`), by deleting every object made since `baseline()` (a start takes 5 to 10 s here, a
+    reset well under one). `api` is lab/kubeapi.py's `HttpApi`, whose calls (the emulator's in-process ones:
+    `get`, `list`, `create`, `update`, `delete`, `watch`, `sa_issuer`, `url`, `port`) it offers as its own;
+    `kubeconfig` is the admin's (client certificate), `plane` the `RealControlPlane`.
+
+    Its processes are started and stopped with `asyncio.run` (`started()`), outside any test's event loop."""
+
+    def __init__(self, dir: pathlib.Path, *, crd_paths: Iterable = (), name: str = "lab") -> None:
+        from lab.real import RealControlPlane
+
+        self.plane = RealControlPlane(name, pathlib.Path(dir) / "control-plane", binaries=real_binaries_or_skip())
+        self.crd_paths = [*sorted(LAB_CRDS.glob("*.yaml")), *(pathlib.Path(p) for p in crd_paths)]
+        self.api: Any = None
+        self._baseline: set[str] = set()
+
+    @property
+    def kubeconfig(self) -> pathlib.Path:
+        return self.plane.admin_kubeconfig
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or self.__dict__.get("api") is None:
+            raise AttributeError(name)
+        return getattr(self.api, name)
+
+    @contextlib.contextmanager
+    def started(self) -> Iterator["RealApiserverAlone"]:
+        from lab.kubeapi import HttpApi
+
+        asyncio.run(self.plane.start(crds=self.crd_paths))
+        self.api = HttpApi(self.plane.name, self.plane.url, self.plane.ca_pem, self.plane.pki.admin,
+                           crd_documents=crd_documents())
+        try:
+            yield self
+        finally:
+            self.api.close()
+            asyncio.run(self.plane.stop())
+
+    def _collections(self) -> list[str]:
+        """The path of every collection that can be listed and deleted from, cluster-wide."""
+        out = []
+        for root in ("/api", "/apis"):
+            doc = self.api.request("GET", root, accept=AGGREGATED)
+            for group in doc.get("items") or []:
+                name = (group.get("metadata") or {}).get("name", "")
+                for version in (group.get("versions") or [])[:1]:
+                    prefix = f"/apis/{name}/{version['version']}" if name else f"/api/{version['version']}"
+                    out += [f"{prefix}/{r['resource']}" for r in version.get("resources") or []
+                            if {"list", "delete"} <= set(r.get("verbs") or [])]
+        return out
+
+    def objects(self) -> dict[str, dict]:
+        """Every object there is, by uid."""
+        found: dict[str, dict] = {}
+        for path in self._collections():
+            for obj in self.api.request("GET", path).get("items") or []:
+                meta = obj.get("metadata") or {}
+                where = f"{path.rsplit('/', 1)[0]}/namespaces/{meta['namespace']}/{path.rsplit('/', 1)[1]}" \
+                    if meta.get("namespace") else path
+                found[meta["uid"]] = {"path": f"{where}/{meta['name']}", "finalizers": bool(meta.get("finalizers"))}
+        return found
+
+    def baseline(self) -> None:
+        """What exists now is what `reset()` keeps."""
+        self._baseline = set(self.objects())
+
+    async def reset(self, timeout: float = 60.0) -> None:
+        """Delete every object made since `baseline()` (finalizers taken off first, namespaces emptied by
+        kube-controller-manager) and return once they are all gone."""
+        from lab.apiserver.errors import ApiError
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                now = await asyncio.to_thread(self.objects)
+            except ApiError as e:
+                # Right after kube-apiserver restarted, a whole list is 429 until that resource's watch cache is
+                # filled again.
+                if e.code != 429 or loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+                continue
+            made = {uid: o for uid, o in now.items() if uid not in self._baseline}
+            if not made:
+                return
+            if loop.time() > deadline:
+                raise TimeoutError(f"{len(made)} objects are still there {timeout:.0f} s after they were deleted: "
+                                   + ", ".join(sorted(o["path"] for o in made.values())[:10]))
+            for o in made.values():
+                try:
+                    if o["finalizers"]:
+                        await asyncio.to_thread(self.api.request, "PATCH", o["path"], {"metadata": {"finalizers": None}},
+                                                content_type="application/merge-patch+json")
+                    await asyncio.to_thread(self.api.request, "DELETE", o["path"], {
+                        "apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"})
+                except ApiError as e:
+                    if e.code not in (404, 409):
+                        raise
+            # Bounded poll: a namespace goes once kube-controller-manager has emptied it, which says nothing.
+            await asyncio.sleep(0.1)
 
 
 @dataclass

@@ -4,6 +4,7 @@ cluster UUID, and one API session to it (admin client certificate over real TLS)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import pathlib
 import socket
@@ -13,6 +14,7 @@ import pytest
 
 from control.kube import KubeSession
 from lab.apiserver.testing import start_test_apiserver
+from lab.testing import RealApiserverAlone, apiserver_backends
 
 CRDS = pathlib.Path(__file__).resolve().parents[2] / "charts" / "peering" / "crds"
 NAMESPACE = "d8-peering"
@@ -26,13 +28,54 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-async def start_api(tmp_path, **kwargs):
-    server, kubeconfig, *_ = await start_test_apiserver(tmp_path, crd_paths=sorted(CRDS.glob("*.yaml")), **kwargs)
+def seed(server) -> None:
+    """The module's namespace and the cluster UUID, on either backend (`server.create`)."""
     server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     server.create({"apiVersion": "v1", "kind": "ConfigMap",
                    "metadata": {"name": "d8-cluster-uuid", "namespace": "kube-system"},
                    "data": {"cluster-uuid": CLUSTER_UUID}})
+
+
+async def start_api(tmp_path, **kwargs):
+    server, kubeconfig, *_ = await start_test_apiserver(tmp_path, crd_paths=sorted(CRDS.glob("*.yaml")), **kwargs)
+    seed(server)
     return server, kubeconfig
+
+
+@pytest.fixture(scope="module", params=apiserver_backends())
+def backend(request) -> str:
+    """The backend of a module whose tests run on both (`[emulator]`, `[real]`): they ask for `real_apiserver`."""
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def real_apiserver(backend, tmp_path_factory):
+    """One real kube-apiserver for the module's `[real]` tests, seeded as `start_api` seeds an emulator, each test
+    starting from that (`await real_apiserver.reset()`); None for `[emulator]`."""
+    if backend != "real":
+        yield None
+        return
+    real = RealApiserverAlone(tmp_path_factory.mktemp("real-apiserver"), crd_paths=[CRDS])
+    with real.started():
+        seed(real.api)
+        real.baseline()
+        yield real
+
+
+@contextlib.asynccontextmanager
+async def on_backend(real_apiserver, tmp_path, **emulator):
+    """(server, admin kubeconfig path) for an `api` fixture of a module on both backends: the module's real
+    kube-apiserver brought back to what a new one holds, or a new emulator (`start_api(**emulator)`). Either
+    `server` offers the emulator's in-process calls."""
+    if real_apiserver is not None:
+        await real_apiserver.reset()
+        yield real_apiserver, real_apiserver.kubeconfig
+        return
+    server, kubeconfig = await start_api(tmp_path, **emulator)
+    try:
+        yield server, kubeconfig
+    finally:
+        await server.stop()
 
 
 @pytest.fixture

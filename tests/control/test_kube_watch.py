@@ -9,39 +9,18 @@ watch's timeoutSeconds, as it does to every client."""
 
 from __future__ import annotations
 
-import asyncio
-import pathlib
-
 import pytest
 
 from control import kube as k
 from control.informers import Informers
 from control.watch import Informer
-from lab.testing import apiserver_backends, real_binaries_or_skip
-from tests.control.conftest import CLUSTER_UUID, CRDS, NAMESPACE, eventually, start_api
-
-
-class RealServer:
-    """What these tests use of the emulator's ApiServer, on a real kube-apiserver (lab/real/, lab/kubeapi.py)."""
-
-    def __init__(self, plane, api) -> None:
-        self.plane, self.api = plane, api
-        self.url, self.port, self.sa_issuer = plane.url, api.port, api.sa_issuer
-        self.create, self.get, self.update, self.delete = api.create, api.get, api.update, api.delete
-
-    def empty(self) -> None:
-        """What a test left behind goes, so that the next one starts as on a fresh emulator."""
-        for path in (f"/api/v1/namespaces/{NAMESPACE}/configmaps", "/api/v1/namespaces/default/configmaps",
-                     f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
-                     f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles",
-                     f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings",
-                     "/apis/peering.deckhouse.io/v1alpha1/clusterpeers"):
-            self.api.request("DELETE", path)
+from lab.testing import RealApiserverAlone
+from tests.control.conftest import NAMESPACE, eventually, on_backend
 
 
 def client_cert(server, user: str, groups=()) -> tuple[bytes, bytes]:
     """A client certificate of `user` in `groups` that the server trusts, and its key."""
-    if isinstance(server, RealServer):
+    if isinstance(server, RealApiserverAlone):
         ck = server.plane.pki.client_ca.issue_client(user, list(groups))
         return ck.cert_pem, ck.key_pem
     from lab.apiserver.testing import issue_client_cert
@@ -49,73 +28,30 @@ def client_cert(server, user: str, groups=()) -> tuple[bytes, bytes]:
 
 
 def serving_ca(server) -> bytes:
-    return server.plane.ca_pem if isinstance(server, RealServer) else server.test_ca.cert_pem.bytes()
+    return server.plane.ca_pem if isinstance(server, RealApiserverAlone) else server.test_ca.cert_pem.bytes()
 
 
 async def lose_history(server) -> None:
     """Make the changes so far older than what the server's watches can start from: a restart of a real
     kube-apiserver; on the emulator the short history (history=5) has done it already."""
-    if isinstance(server, RealServer):
+    if isinstance(server, RealApiserverAlone):
         await server.plane.restart_apiserver()
 
 
-@pytest.fixture(scope="module", params=apiserver_backends())
-def backend(request):
-    return request.param
-
-
-@pytest.fixture(scope="module")
-def real_cluster(backend, tmp_path_factory):
-    """One real control plane for the module's `[real]` tests (started outside any test's event loop: it is only
-    processes), with the module's CRDs, its namespace and the cluster UUID; None for `[emulator]`."""
-    if backend != "real":
-        yield None
-        return
-    from lab.kubeapi import HttpApi
-    from lab.real import RealControlPlane
-
-    plane = RealControlPlane("lab", tmp_path_factory.mktemp("real-lab"), binaries=real_binaries_or_skip())
-    asyncio.run(plane.start(crds=[CRDS]))
-    api = HttpApi("lab", plane.url, plane.ca_pem, plane.pki.admin)
-    try:
-        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        api.create({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": "d8-cluster-uuid", "namespace": "kube-system"},
-                    "data": {"cluster-uuid": CLUSTER_UUID}})
-        yield RealServer(plane, api)
-    finally:
-        api.close()
-        asyncio.run(plane.stop())
-
-
 @pytest.fixture
-async def api(backend, real_cluster, tmp_path):
+async def api(backend, real_apiserver, tmp_path):
     """(server, admin kubeconfig path): a fresh emulator, or the module's real kube-apiserver emptied."""
-    if real_cluster is not None:
-        real_cluster.empty()
-        yield real_cluster, pathlib.Path(real_cluster.plane.admin_kubeconfig)
-        return
-    server, kubeconfig = await start_api(tmp_path)
-    try:
-        yield server, kubeconfig
-    finally:
-        await server.stop()
+    async with on_backend(real_apiserver, tmp_path) as started:
+        yield started
 
 
 @pytest.fixture
-async def short_history(backend, real_cluster, tmp_path):
+async def short_history(backend, real_apiserver, tmp_path):
     """(server, kubeconfig) whose watch history is short: an emulator keeping 5 changes and sending bookmarks
     every 50 ms, or the real one (see `lose_history`); `watch_timeout` for informers there, so that kube-apiserver
     sends a bookmark before the watch ends (it sends them 2 s before timeoutSeconds, or every minute)."""
-    if real_cluster is not None:
-        real_cluster.empty()
-        yield real_cluster, pathlib.Path(real_cluster.plane.admin_kubeconfig), 5
-        return
-    server, kubeconfig = await start_api(tmp_path, history=5, bookmark_interval=0.05)
-    try:
-        yield server, kubeconfig, 300
-    finally:
-        await server.stop()
+    async with on_backend(real_apiserver, tmp_path, history=5, bookmark_interval=0.05) as (server, kubeconfig):
+        yield server, kubeconfig, 5 if real_apiserver is not None else 300
 
 
 def cm(name, **data):

@@ -127,18 +127,22 @@ def demo_apiserver(request) -> str:
     return request.param
 
 
+_DEMO_WITH_SIGINT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                     "os.execv(sys.executable, [sys.executable, '-m', 'lab.demo', *sys.argv[1:]])")
+
+
 def start_demo(tmp_path: pathlib.Path, apiserver: str = "emulator", **env: str) -> tuple[subprocess.Popen, pathlib.Path]:
     """`python -m lab.demo --keep DIR --apiserver A`, its output into a file that the caller reads as it grows."""
     out = tmp_path / "demo.out"
     f = open(out, "wb")
     try:
-        # Ctrl-C as at a terminal: a session started in the background (a job of a non-interactive shell) ignores
-        # SIGINT, its children inherit that, and the demo would never see the interrupt the test sends.
-        proc = subprocess.Popen([sys.executable, "-m", "lab.demo", "--keep", str(tmp_path / "demo"),
+        # As a terminal's foreground job, where Ctrl-C reaches it: SIGINT at its default, whatever this runner has
+        # (a test run started in the background by a script ignores SIGINT, and its children inherit that). The
+        # same process then becomes the demo (exec).
+        proc = subprocess.Popen([sys.executable, "-c", _DEMO_WITH_SIGINT, "--keep", str(tmp_path / "demo"),
                                  "--apiserver", apiserver], cwd=str(ROOT),
                                 stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1", **env),
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
     finally:
         f.close()
     return proc, out

@@ -157,7 +157,8 @@ async def peered_lab(dir: pathlib.Path, capability: str, project: str, *, apiser
 class WriteCounter:
     """Counts the writes (create, update incl. patch and status, delete) the API server of a cluster accepts, by
     resource (`"update clusterpeers"`), leaving out Leases (the leader renews its Lease by design); it sees writes
-    from every client. `counts.clear()` starts counting afresh; `close()` stops.
+    from every client, the lab's stand-ins too (user-authn's statuses; on the real backend the Pods that
+    lab/workload.py writes when a replica starts or stops). `counts.clear()` starts counting afresh; `close()` stops.
 
     On the emulator it wraps the object store in place. On a real kube-apiserver it reads the server's own
     /metrics, `apiserver_request_total` of successful POST/PUT/PATCH/DELETE requests (dry runs left out), and

@@ -12,7 +12,7 @@ import datetime
 import pytest
 
 from control import pki
-from lab.testing import lab_clusters
+from lab.testing import apiserver_backends, lab_clusters
 from check_helpers import check, line
 from peering_lab import (clusterpeer, connection_string, create_invite, create_join, fast_peering_command, ready,
                          until, until_equal)
@@ -38,8 +38,9 @@ def _renewals(cluster, kind: str, name: str) -> list[str]:
             and e.get("reason") == "CertificateRenewed"]
 
 
-async def test_certificates_of_seconds_are_renewed_at_half_over_the_peering(tmp_path):
-    async with lab_clusters(tmp_path, ["a", "b"], peering_command=short_lived) as lab:
+@pytest.mark.parametrize("apiserver", apiserver_backends())
+async def test_certificates_of_seconds_are_renewed_at_half_over_the_peering(tmp_path, apiserver):
+    async with lab_clusters(tmp_path, ["a", "b"], peering_command=short_lived, apiserver=apiserver) as lab:
         a, b = lab["a"], lab["b"]
         create_invite(a, "to-b")
         create_join(b, "to-a", await connection_string(a, "to-b"))

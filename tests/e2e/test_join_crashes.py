@@ -1,12 +1,13 @@
-"""A crash at any write of the join loses nothing (issue 15): the peering process of either side is killed (SIGKILL)
-right after each write of the join lands, restarted, and the peering ends Active and Ready on both sides; a
-redemption that can no longer complete ends in a named reason and a fresh connection string.
+"""A crash at any write of the join loses nothing: the peering process of either side is killed (SIGKILL) right after
+each write of the join lands, restarted, and the peering ends Active and Ready on both sides; a redemption that can
+no longer complete ends in a named reason and a fresh connection string.
 
-Emulator backend only: the kill points are the emulator's after-write hooks (lab/apiserver/hooks.py), which run
-inside the API server right after a write is stored and before its answer leaves, so the process never reads the
-answer of the write it made; a real kube-apiserver has no such hook. The restarted process keeps its Lease
-identity (`--identity`), as a container restarted in its Pod does, so it leads again at once instead of waiting out
-the dead one's Lease.
+The kills run on the emulator backend only: the kill points are the emulator's after-write hooks
+(lab/apiserver/hooks.py), which run inside the API server right after a write is stored and before its answer
+leaves, so the process never reads the answer of the write it made; a real kube-apiserver has no such hook. The
+stranded redemption, whose state is written through the API, runs on both backends. The restarted process keeps
+its Lease identity (`--identity`), as a container restarted in its Pod does, so it leads again at once instead of
+waiting out the dead one's Lease.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from contract.names import provider_name
 from control import pki
 from control.rules import invite as invite_rules
 from lab.apiserver.errors import ApiError
-from lab.testing import lab_clusters
+from lab.testing import apiserver_backends, lab_clusters
 from peering_lab import (FAST, clusterpeer, connection_string, create_invite, create_join, ready, ready_message,
                          until, until_equal)
 from lab.cluster import default_peering_command
@@ -40,10 +41,16 @@ def _command(cluster) -> list[str] | None:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lab(tmp_path_factory):
+async def lab(request, tmp_path_factory):
+    """Clusters a and b on the backend each test names (`on_emulator`, `on_both`)."""
     async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=_command,
-                            apiserver="emulator") as lab:
+                            apiserver=request.param) as lab:
         yield lab
+
+
+# The after-write hooks are the emulator's alone; what is written through the API runs on both backends.
+on_emulator = pytest.mark.parametrize("lab", apiserver_backends(("emulator",)), indirect=True)
+on_both = pytest.mark.parametrize("lab", apiserver_backends(), indirect=True)
 
 
 def _status(w) -> dict:
@@ -91,6 +98,7 @@ async def _delete_both(a, b, inv: str, join: str) -> None:
                 timeout=30, what="both ClusterPeers and their Secrets gone")
 
 
+@on_emulator
 @pytest.mark.parametrize("point", list(KILL_POINTS))
 async def test_a_crash_after_each_write_of_the_join_ends_active_on_both_sides(lab, point):
     a, b = lab["a"], lab["b"]
@@ -141,6 +149,7 @@ async def test_a_crash_after_each_write_of_the_join_ends_active_on_both_sides(la
         await _delete_both(a, b, inv, join)
 
 
+@on_both
 async def test_a_stranded_redemption_met_by_another_key_is_reissued_with_its_reason(lab):
     """The inviter crashed after marking the token used and before the Secret, and the joiner then came back with
     another key (its ClusterPeer re-created): that redemption can never complete. The state the crash leaves is
@@ -191,6 +200,7 @@ async def test_a_stranded_redemption_met_by_another_key_is_reissued_with_its_rea
         await _delete_both(a, b, "stranded", "again")
 
 
+@on_emulator
 async def test_a_joiner_that_gives_up_after_the_answer_leaves_a_fresh_string_not_a_hang(lab):
     """b is stopped right after a stored its answer, so b never stores it, and b's administrator gives up (deletes
     the ClusterPeer). a waits for b's half of the exchange until the string's TTL after the redemption (reached

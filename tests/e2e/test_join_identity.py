@@ -1,9 +1,9 @@
-"""An identity cannot be claimed (issue 14, item 1): the original attack, a second invited cluster claiming the
-UUID of a's first peer, is refused at the join (ClusterUUIDInUse), and the identity the grants and the exchanged
-username use is a's own ClusterPeer's uid, which no join can choose.
+"""An identity cannot be claimed: the original attack, a second invited cluster claiming the UUID of a's first peer,
+is refused at the join (ClusterUUIDInUse), and the identity the grants and the exchanged username use is a's own
+ClusterPeer's uid, which no join can choose.
 
-Two lab clusters on the emulator backend: what is tested is the control loop's join handler (the code every
-replica runs for `POST /v1/join`) and the objects it leads to, not anything the API server does differently."""
+Two lab clusters, on each backend: the control loop's join handler (the code every replica runs for `POST /v1/join`)
+is driven in this process against a's API server, beside a's own peering process."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from control.kube import KubeSession
 from control.process import Context, Handlers
 from control.rules import join as join_rules
 from gateway.protocol import JoinCall
-from lab.testing import lab_clusters
+from lab.testing import apiserver_backends, lab_clusters
 from peering_lab import (clusterpeer, connection_string, create_invite, create_join, fast_peering_command, ready,
                          until, until_equal)
 
@@ -31,10 +31,10 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 ACTIVE = ("Active", "True", "PeeringReady")
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lab(tmp_path_factory):
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
+async def lab(request, tmp_path_factory):
     async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command,
-                            apiserver="emulator") as lab:
+                            apiserver=request.param) as lab:
         a, b = lab["a"], lab["b"]
         create_invite(a, "to-b", tokenTTL="1h")
         create_join(b, "to-a", await connection_string(a, "to-b"))

@@ -18,6 +18,7 @@ import yaml
 
 from control import consumer_config as cc
 from control.rules.access import audience
+from lab.testing import apiserver_backends
 from peering_lab import clusterpeer, peered_lab, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -35,10 +36,10 @@ def _snippet() -> dict:
     return namespace
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lab(tmp_path_factory):
-    async with peered_lab(tmp_path_factory.mktemp("lab"), CAP, PROJECT, namespace="d8-my-module",
-                          account="controller", verbs=("get", "list", "watch")) as lab:
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
+async def lab(request, tmp_path_factory):
+    async with peered_lab(tmp_path_factory.mktemp("lab"), CAP, PROJECT, apiserver=request.param,
+                          namespace="d8-my-module", account="controller", verbs=("get", "list", "watch")) as lab:
         yield lab
 
 

@@ -6,9 +6,10 @@ off), user-authn missing, an expired certificate. Each asserts the exit code, th
 healthy peering checks clean, a module's access is proved end to end with `--consumer`, the viewer role is told what
 it cannot see. The tests share one peering and run in order.
 
-The lab's emulated API server serves no Deployments or Pods (its peering process runs beside it), so the check
-reads the Lease there instead and says so; tests/e2e/test_peering_check_deckhouse.py checks the other shape, a
-Deployment with its Pods on a real kube-apiserver."""
+On both backends. The emulator serves no Deployments or Pods (the lab's peering process runs beside the API), so
+there the check judges the replicas by the Lease and says so; on a real kube-apiserver it reads the chart's
+Deployment and the Pod the lab writes for its replica (lab/workload.py). tests/e2e/test_peering_check_deckhouse.py
+crashes and stops such Pods."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from control import pki
 from lab.cluster import peering_executable
 from check_helpers import check, line
 from lab.ingress import Ingress
+from lab.testing import apiserver_backends
 from peering_lab import GROUP, clusterpeer, condition, peered_lab, ready, until, until_equal
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow, pytest.mark.timeout(300)]
@@ -41,9 +43,9 @@ async def _healthy(cluster, name: str, timeout: float = 30.0) -> None:
     await until_equal(lambda: ready(clusterpeer(cluster, name)), ("Active", "True", "PeeringReady"), timeout=timeout)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lab(tmp_path_factory):
-    async with peered_lab(tmp_path_factory.mktemp("lab"), CAP, PROJECT) as lab:
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
+async def lab(request, tmp_path_factory):
+    async with peered_lab(tmp_path_factory.mktemp("lab"), CAP, PROJECT, apiserver=request.param) as lab:
         for cluster, name in ((lab["a"], "to-b"), (lab["b"], "to-a")):
             await until_equal(lambda: clusterpeer(cluster, name)["status"].get("pairedProjectsCount"), 1)
         yield lab
@@ -70,8 +72,12 @@ async def test_a_healthy_peering_checks_clean(lab):
         assert "accepts the module's client dex-client-peering@d8-peering" in line(text, "dex client", "✓")[0]
         assert "answered an offer pull over mTLS just now" in line(text, "peer entrance", "✓")[0]
         assert f"effective: {CAP}" in text and "1 paired: shop" in text
-        # The lab serves no Deployments: the check says what it reads instead, and does not fail for it.
-        assert line(text, "replicas", "!")[0].endswith("which only a running replica renews")
+        if cluster.apiserver == "real":
+            # The chart's Deployment, whose Pod the lab writes for its replica (lab/workload.py).
+            assert line(text, "replicas", "✓")[0].endswith(f"1 of 1 replicas ready: lab-{cluster.name}")
+        else:
+            # The emulator serves no Deployments: the check says what it reads instead, and does not fail for it.
+            assert line(text, "replicas", "!")[0].endswith("which only a running replica renews")
         code, raw = await check(cluster, "-o", "json")
         report = json.loads(raw)
         assert code == 0 and report["healthy"] is True

@@ -61,9 +61,11 @@ async def test_capability_accepted_and_effective_on_both_sides(lab):
         status = _status(cluster, name)
         assert status["grants"] == [{"capability": CAP, "namespaces": [PROJECT]}]
         peer_uuid = status["peer"]["clusterUUID"]
-        # The audience follows once the registry that serves the capability is published (rules/served.py).
-        await until_equal(lambda: _status(cluster, name)["access"]["audiences"],
-                          [{"capability": CAP, "audience": audience(peer_uuid, CAP)}])
+        # The audience is announced once this side's egress serves it (control/rules/access.py): in the pass after
+        # the one that made the capability effective, when the registry serving it was published in between.
+        await until_equal(lambda: (_status(cluster, name).get("access") or {}).get("audiences"),
+                          [{"capability": CAP, "audience": audience(peer_uuid, CAP)}],
+                          what=f"the audience of {CAP} announced on {cluster.name}")
         status = _status(cluster, name)
         assert status["access"]["endpoint"] == f"https://peering-gateway.d8-peering.svc/peers/{name}"
         # The grants follow the status (their own reconciler): wait for them, then check them.

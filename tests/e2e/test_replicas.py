@@ -21,7 +21,7 @@ import pytest_asyncio
 from control.config import LeaseSettings
 from control.rules.access import audience
 from gateway.resolve import OverrideResolver
-from lab.testing import lab_clusters
+from lab.testing import apiserver_backends, lab_clusters
 from peering_lab import (API_VERSION, clusterpeer, connection_string, create_invite, create_join, fast_peering_command,
                          ready, until, until_equal)
 
@@ -84,10 +84,10 @@ async def _leader(cluster, timeout: float = 30.0):
     return await until(cluster.leader, timeout=timeout, what=f"a leader of cluster {cluster.name}")
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lab(tmp_path_factory):
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
+async def lab(request, tmp_path_factory):
     async with lab_clusters(tmp_path_factory.mktemp("lab"), ["a", "b"], peering_command=fast_peering_command,
-                            replicas=2) as lab:
+                            replicas=2, apiserver=request.param) as lab:
         a, b = lab["a"], lab["b"]
         for cluster in (a, b):
             _setup(cluster)
@@ -238,16 +238,30 @@ async def _loss_under_traffic(lab, cluster, sig: int) -> dict:
     change reconciled after the loss; the figures measured."""
     a, b = lab["a"], lab["b"]
     before = {n: (_status(c, p).get("grants"), _project_peer(c, p)) for n, c, p in (("a", a, "to-b"), ("b", b, "to-a"))}
+    listener = "entrance" if cluster is a else "egress"
+
+    async def answered_by(replica) -> None:
+        await until(lambda: any(r["path"].endswith(f"/namespaces/{PROJECT}/configmaps") and r["code"] == 200
+                                for r in _access_lines(replica, listener)),
+                    timeout=30, what=f"consumer requests answered by {replica.identity}'s {listener}")
+
+    leader = await _leader(cluster)
+    survivor = next(r for r in cluster.replicas if r is not leader)
+    # The consumer's requests do cross the replica about to go. b's egress keeps its connections to a's entrance
+    # (gateway/upstream.py) and a's LoadBalancer spreads connections, not requests: which of a's replicas serves
+    # the consumer depends on where those few connections land, so they are all made to land on the leader. The
+    # consumer opens a connection to b's egress Service per request: those are spread over b's replicas.
+    pinned = cluster is a
+    if pinned:
+        a.entrance_lb.set_targets([leader.ports["entrance"]])
     async with Consumer(lab) as consumer:
-        await consumer.served(10)
-        leader = await _leader(cluster)
-        survivor = next(r for r in cluster.replicas if r is not leader)
-        # The consumer's requests do cross the replica about to go (a's entrance, or b's egress), and the other.
-        listener = "entrance" if cluster is a else "egress"
-        for replica in (leader, survivor):
-            await until(lambda: any(r["path"].endswith(f"/namespaces/{PROJECT}/configmaps") and r["code"] == 200
-                                    for r in _access_lines(replica, listener)),
-                        timeout=30, what=f"consumer requests answered by {replica.identity}'s {listener}")
+        try:
+            await consumer.served(10)
+            for replica in (leader,) if pinned else (leader, survivor):
+                await answered_by(replica)
+        finally:
+            if pinned:
+                cluster._publish_endpoints()  # connections made from now on go to either replica
         failures_before, ends_before = len(consumer.failures), len(consumer.watch_ends)
         in_flight = consumer.in_flight
         t0 = time.monotonic()
@@ -263,8 +277,10 @@ async def _loss_under_traffic(lab, cluster, sig: int) -> dict:
                     timeout=RECONCILE_BOUND + 5, what=f"the grant's Role in {namespace}, written by the survivor")
         reconciled = time.monotonic() - t0
         assert (await stopping) is not None
-        # The consumer kept being served: more lists answered, and a ConfigMap made now is seen by the watch.
+        # The consumer kept being served, by the survivor: more lists answered, and a ConfigMap made now is seen
+        # by the watch.
         await consumer.served(10)
+        await answered_by(survivor)
         a.api.create({"apiVersion": "v1", "kind": "ConfigMap",
                       "metadata": {"name": f"made-after-{sig}", "namespace": PROJECT}})
         await until(lambda: f"made-after-{sig}" in consumer.watched, timeout=30, what="the watch after the loss")

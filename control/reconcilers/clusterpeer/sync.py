@@ -1,7 +1,8 @@
 """Sync: what an established peering does with the peer's entrance, over mTLS with the exchanged credentials.
 
 - renew our client certificate once it is due (`/peering/v1/certificate`, a CSR for the same key);
-- a joiner delivers the certificate it issued for the inviter's key (`/peering/v1/credentials`) until it arrives;
+- a joiner delivers the certificate it issued for the inviter's key (`/peering/v1/credentials`) until it arrives
+  (once per key: the inviter's renewals of it come back in the answers of `/peering/v1/certificate`);
 - pull the peer's offer when due (periodic with jitter, at once after a notify, with a backoff after a failure);
 - after the status is written, announce a changed offer of ours (`/peering/v1/notify`).
 
@@ -46,7 +47,7 @@ class SyncOutcome:
 
 
 def _key_of(cert_pem: str) -> str:
-    """The public key fingerprint of a certificate (the first of a bundle); "" for none."""
+    """The fingerprint of a certificate's public key (the newest of a bundle); "" without a readable one."""
     try:
         return pki.public_key_fingerprint(cert_pem) if cert_pem else ""
     except pki.PKIError:
@@ -73,14 +74,20 @@ class Syncer:
     async def sync(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None, *,
                    just_joined: bool) -> SyncOutcome:
         values = await self._renew(obs, mem, values)
-        undelivered = obs.spec.type == JOIN and mem.delivered != _key_of(values.get("issued.crt", ""))
-        if undelivered and not just_joined and self.admits(obs.key, values["issued.crt"]):
+        if self._undelivered(obs, mem, values) and not just_joined and self.admits(obs.key, values["issued.crt"]):
             await self._deliver(obs, mem, values)
-            undelivered = mem.delivered != _key_of(values["issued.crt"])
         if mem.pull_at <= self.clock.monotonic() or peer is None:
             peer = await self._pull(obs, mem, values, peer)
-        return SyncOutcome(values=values, peer=peer, error=mem.sync_error, undelivered=undelivered,
+        return SyncOutcome(values=values, peer=peer, error=mem.sync_error,
+                           undelivered=self._undelivered(obs, mem, values),
                            wait=max(0.05, mem.pull_at - self.clock.monotonic()))
+
+    @staticmethod
+    def _undelivered(obs: Observed, mem: PeerMemory, values: dict[str, str]) -> bool:
+        """A joiner has not delivered the certificate it issued for the inviter's key. By that key: the inviter
+        renews it over /peering/v1/certificate for the same key, whose answer it gets at once, so a renewal (which
+        changes issued.crt) leaves nothing to deliver."""
+        return obs.spec.type == JOIN and mem.delivered != _key_of(values.get("issued.crt", ""))
 
     async def announce(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> float | None:
         """Tell the peer our offer changed, once the status holding it is written; returns when to try again while

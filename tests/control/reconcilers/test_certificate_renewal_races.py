@@ -31,6 +31,7 @@ from control.reconcilers.clusterpeer.sync import Syncer
 from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import credentials as creds
 from control.rules import join as join_rules
+from control.rules.spec import JOIN
 from gateway.protocol import PeerCall
 from gateway.registry import Peer
 from tests.control.conftest import CLUSTER_UUID, NAMESPACE, FakeClock
@@ -175,9 +176,11 @@ class Entrance:
     def __init__(self, accepted: set[str]) -> None:
         self.accepted = accepted
         self.presented: list[str] = []
+        self.ops: list[str] = []
 
     async def call(self, entrance, op, *, peer_ca_pem, client_cert_pem, client_key_pem, body=None) -> Answer:
         self.presented.append(client_cert_pem)
+        self.ops.append(op)
         if client_cert_pem not in self.accepted:
             return Answer(403, {"kind": "Status", "reason": reasons.PEER_UNKNOWN, "message": "unknown"})
         return Answer(200, {})
@@ -218,3 +221,47 @@ async def test_an_expired_previous_certificate_is_not_tried():
     values = {"peer-entrance": "e", "peer-ca.crt": peer_ca.cert_pem, "client.crt": new, "client.key": key.key_pem}
     assert (await syncer._call(mem, values, "offer")).status == 403
     assert entrance.presented == [new]
+
+
+async def test_a_renewal_by_the_inviter_leaves_the_joiner_nothing_to_deliver():
+    """The joiner delivered the certificate it issued for the inviter's key (/peering/v1/credentials). The inviter
+    renews it over the joiner's /peering/v1/certificate, whose answer carries the new one, and that changes the
+    joiner's issued.crt: there is nothing to deliver again, and Ready does not go False (CredentialsPending) while
+    the joiner's registry catches up with the renewed certificate, as it did on a real kube-apiserver."""
+    clock = FakeClock()
+    now = clock.now()
+    our_ca, peer_ca = pki.create_ca(CLUSTER_UUID, now=now), pki.create_ca(PEER_UUID, now=now)
+    our_key, inviter_key = pki.make_key_and_csr(CLUSTER_UUID), pki.make_key_and_csr(PEER_UUID)
+    ours = pki.issue_client_cert(peer_ca, our_key.cert_pem, CLUSTER_UUID, now=now, lifetime=LIFETIME)
+    issued = pki.issue_client_cert(our_ca, inviter_key.cert_pem, PEER_UUID, now=now, lifetime=LIFETIME)
+    entrance = Entrance({ours})
+    admitted: set[str] = {issued}
+    syncer = Syncer(None, entrance, Memory(clock=clock), clock, namespace=NAMESPACE,
+                    admits=lambda clusterpeer, cert_pem: cert_pem in admitted)
+    mem = PeerMemory(pull_at=clock.monotonic() + 3600)
+    obs = types.SimpleNamespace(spec=types.SimpleNamespace(type=JOIN), key="to-a", now=now, own_uuid=CLUSTER_UUID)
+    values = {"peer-entrance": "e", "peer-ca.crt": peer_ca.cert_pem, "client.crt": ours,
+              "client.key": our_key.key_pem, "issued.crt": issued}
+    peer = {"clusterUUID": PEER_UUID}
+
+    def deliveries() -> int:
+        return entrance.ops.count("credentials")
+    first = await syncer.sync(obs, mem, values, peer, just_joined=False)
+    assert deliveries() == 1 and not first.undelivered
+    clock.advance(13 * 3600)
+    renewed = pki.issue_client_cert(our_ca, inviter_key.cert_pem, PEER_UUID, now=clock.now(), lifetime=LIFETIME)
+    obs.now = clock.now()
+    ours = pki.issue_client_cert(peer_ca, our_key.cert_pem, CLUSTER_UUID, now=clock.now(), lifetime=LIFETIME)
+    entrance.accepted.add(ours)
+    after = await syncer.sync(obs, mem, {**values, "client.crt": ours, "issued.crt": renewed + issued}, peer,
+                              just_joined=False)
+    assert deliveries() == 1 and not after.undelivered
+    # Another key is another certificate to deliver.
+    other = pki.issue_client_cert(our_ca, pki.make_key_and_csr(PEER_UUID).cert_pem, PEER_UUID, now=clock.now(),
+                                  lifetime=LIFETIME)
+    again = await syncer.sync(obs, mem, {**values, "client.crt": ours, "issued.crt": other}, peer, just_joined=False)
+    assert deliveries() == 1 and again.undelivered
+    admitted.add(other)
+    delivered = await syncer.sync(obs, mem, {**values, "client.crt": ours, "issued.crt": other}, peer,
+                                  just_joined=False)
+    assert deliveries() == 2 and not delivered.undelivered

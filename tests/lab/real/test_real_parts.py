@@ -19,7 +19,9 @@ from aiohttp import web
 
 from lab.real import build as builder
 from lab.real import config, proxy
+from lab.cluster import Replica
 from lab.real.runner import load_documents, strip_schema_keys
+from lab.workload import exit_code, pod_state, pod_status
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 CHART_CRDS = ROOT / "charts" / "peering" / "crds"
@@ -387,3 +389,37 @@ def test_the_dex_runner_sets_where_dex_listens_itself(tmp_path):
     rendered = dex._render()
     assert rendered["storage"] == {"type": "memory"} and rendered["web"]["https"] == "127.0.0.1:5556"
     assert "http" not in rendered["web"]
+
+
+# --- the Pods the lab writes for its replicas (lab/workload.py) ---
+
+class _Exited:
+    returncode = -9
+
+
+@pytest.mark.parametrize("state, process, stopped_by, pod", [
+    ("not started", None, None, "absent"),
+    ("starting", None, None, None),
+    ("running", _Exited(), None, "terminated"),
+    ("exited (-9)", None, None, "terminated"),
+    ("stopped (exit -9)", None, 9, "terminated"),
+    ("stopped (exit 0)", None, 15, "absent"),
+    ("stopping", None, 15, None),
+])
+def test_a_replicas_pod_follows_how_it_runs_and_how_it_ended(state, process, stopped_by, pod, tmp_path):
+    replica = Replica(0, "lab-a", tmp_path / "ports.json", tmp_path / "peering.log", process=process, state=state,
+                      stopped_by=stopped_by)
+    assert pod_state(replica) == pod
+
+
+def test_a_played_pod_is_ready_while_it_runs_and_ended_by_the_signal_after():
+    assert [exit_code(c) for c in (None, 0, 1, -9, -15)] == [0, 0, 1, 137, 143]
+    pod = {"spec": {"containers": [{"name": "peering", "image": "i"}, {"name": "proxy", "image": "j"}]}}
+    running = pod_status(pod, running=True, restarts=2, exit_code=0)
+    assert {c["type"]: c["status"] for c in running["conditions"]}["Ready"] == "True"
+    assert [(c["name"], c["ready"], c["restartCount"], list(c["state"])) for c in running["containerStatuses"]] == \
+        [("peering", True, 2, ["running"]), ("proxy", True, 2, ["running"])]
+    ended = pod_status(pod, running=False, restarts=2, exit_code=137)
+    assert ended["phase"] == "Running" and {c["type"]: c["status"] for c in ended["conditions"]}["Ready"] == "False"
+    assert ended["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
+    assert ended["containerStatuses"][0]["state"]["terminated"]["reason"] == "Error"
