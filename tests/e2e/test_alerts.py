@@ -18,7 +18,7 @@ import pytest
 from alert_eval import alert_groups, alerts, promtool_test, scrape, series, without_annotations
 from control.rules.access import audience
 from gateway.resolve import OverrideResolver
-from lab.testing import lab_clusters, promtool_or_skip
+from lab.testing import apiserver_backends, lab_clusters, promtool_or_skip
 from peering_lab import clusterpeer, create_project_with_prices, peer_with_capability
 
 pytestmark = pytest.mark.slow
@@ -36,6 +36,11 @@ def promtool() -> str:
 @pytest.fixture(scope="module")
 def groups() -> list[dict]:
     return alert_groups()
+
+
+@pytest.fixture(params=apiserver_backends())
+def backend(request) -> str:
+    return request.param
 
 
 class Consumer:
@@ -77,8 +82,8 @@ class Consumer:
 
 
 async def test_a_fault_free_run_raises_no_alert_and_a_peer_gone_raises_the_egress_alerts(tmp_path, promtool,
-                                                                                         groups):
-    async with lab_clusters(tmp_path / "lab", ["a", "b"]) as lab:
+                                                                                         groups, backend):
+    async with lab_clusters(tmp_path / "lab", ["a", "b"], apiserver=backend) as lab:
         a, b = lab["a"], lab["b"]
         for cluster in (a, b):
             create_project_with_prices(cluster, PROJECT)
