@@ -80,7 +80,7 @@ class JoinHandler:
 
     async def __call__(self, call: JoinCall) -> dict:
         try:
-            req = join_rules.parse_join_request(call.body)
+            req = join_rules.parse_join_request(call.body, now=self.ctx.clock.now())
         except join_rules.JoinError as exc:
             raise _refuse(exc.reason, exc.message) from None
         own_uuid = self.ctx.cluster_uuid()

@@ -99,7 +99,7 @@ class PeerHandlers:
             key_fp = pki.public_key_fingerprint(pki.csr_for_key(values["client.key"], own_uuid))
             try:
                 cert = join_rules.check_credentials(call.body, own_key_fingerprint=key_fp, own_uuid=own_uuid,
-                                                    peer_ca_pem=values["peer-ca.crt"])
+                                                    peer_ca_pem=values["peer-ca.crt"], now=self.ctx.clock.now())
             except join_rules.JoinError as exc:
                 raise _bad(exc) from None
             if values.get("client.crt") == cert:
