@@ -82,7 +82,7 @@ class Entrance:
         try:
             answer = await self.handlers.peer_call(PeerCall(peer=peer, op=op, body=body))
         except Refusal as err:
-            return status_response(err.code, err.reason, err.message)
+            return status_response(err.code, err.reason, err.message, retry_after=err.retry_after)
         return web.Response(body=json.dumps(answer).encode(), content_type=JSON)
 
 

@@ -16,7 +16,7 @@ from control.optional import PROJECTS, TOKENEXCHANGEPROVIDERS
 from control.peerclient import PeerClient
 from control.reconcilers.clusterpeer import invite as invite_phase
 from control.reconcilers.clusterpeer.join import Joiner
-from control.reconcilers.clusterpeer.observe import MAX_REQUEUE, NAME, Observed, cluster_ca, observe
+from control.reconcilers.clusterpeer.observe import MAX_REQUEUE, NAME, Observed, observe
 from control.reconcilers.clusterpeer.provider import ProviderKeeper
 from control.reconcilers.clusterpeer.sync import SyncOutcome, Syncer
 from control.reconcilers.memory import Memory, PeerMemory
@@ -138,11 +138,12 @@ class ClusterPeerReconciler:
         if cp is None:
             # Deleted: owned objects go by garbage collection, the registry drops the peer on its own.
             self.memory.forget(key)
+            self.ctx.written_status.pop(key, None)
             return Result()
         if (cp.get("metadata") or {}).get("deletionTimestamp"):
             return Result()
         own_uuid = self.ctx.cluster_uuid()
-        ca = cluster_ca(self.secrets.get(CA_SECRET, self.namespace))
+        ca = creds.cluster_ca(self.secrets.get(CA_SECRET, self.namespace))
         if not own_uuid or ca is None:
             # The certificates reconciler creates the CA on first start; the UUID comes from Deckhouse.
             return Result(requeue_after=1.0)
@@ -218,6 +219,8 @@ class ClusterPeerReconciler:
                 return Result(requeue=True)
             except NotFound:
                 return Result()
+            # The peer handlers serve it until the watch delivers it (the notify below makes the peer pull now).
+            self.ctx.written_status[key] = ((cp.get("metadata") or {}).get("resourceVersion") or "", status)
             await self.ctx.events.emit_all(cp, event_rules.clusterpeer_events(obs.status, status, now=obs.now))
         if established:
             renewed, mem.seen_certs = event_rules.certificate_events(mem.seen_certs, values)
