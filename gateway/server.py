@@ -21,6 +21,7 @@ from gateway.peercalls import PeerCallBound
 from gateway.protocol import ControlHandlers
 from gateway.registry import Registry
 from gateway.state import GatewayState
+from gateway.tls import require_no_resumption
 from gateway.workers import WorkerPool
 
 
@@ -55,6 +56,8 @@ class Gateway:
     async def start(self) -> None:
         """Bind all listeners and open the sessions; with workers, start them first (they serve the entrance and
         the egress)."""
+        # A gateway whose TLS could resume a session (and so skip a client certificate) does not start.
+        require_no_resumption()
         try:
             if self._pool is not None:
                 # The workers' token exchanges go through this process's one cache (and its Dex client).
