@@ -630,6 +630,15 @@ class LabCluster:
         token, _ = api.sa_issuer.issue(NAMESPACE, "peering", sa["metadata"]["uid"], [], PEERING_TOKEN_SECONDS)
         self._peering_token = token
 
+    def kubernetes_version(self) -> str:
+        """The Kubernetes version the cluster's API server reports, as Deckhouse puts it in
+        global.discovery.kubernetesVersion (what the chart's version-dependent objects follow)."""
+        if self.control_plane is not None:
+            return self.control_plane.binaries.kube_version.removeprefix("v")
+        from lab.apiserver.discovery import KUBE_VERSION
+
+        return KUBE_VERSION["gitVersion"].removeprefix("v")
+
     def chart_objects(self) -> list[dict]:
         """The module's objects as Deckhouse renders them for this cluster (lab/deckhouse_module.py), of the kinds
         the cluster's API server serves, in the order an install needs; `self.chart_skipped` names the rest. The
@@ -641,7 +650,7 @@ class LabCluster:
         values = deckhouse_module.module_values(
             {}, public_domain_template=f"%s.{self.name}.lab", cluster_uuid=self.uuid,
             https={"mode": "CertManager", "certManager": {"clusterIssuerName": "letsencrypt"}},
-            enabled_modules=LAB_ENABLED_MODULES)
+            enabled_modules=LAB_ENABLED_MODULES, kubernetes_version=self.kubernetes_version())
         served, skipped = [], set()
         for obj in deckhouse_module.render(values):
             if self.api is not None and self.api.registry.by_kind(obj["apiVersion"], obj["kind"]) is None:
