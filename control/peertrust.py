@@ -11,15 +11,15 @@ against that one CA by cryptography's X.509 path validation.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.verification import Criticality, ExtensionPolicy, PolicyBuilder, Store, VerificationError
 
-from control.pki import PKIError, load_certs, verify_pin
+# The PEM writer and the check of `now` are pki's own, shared so both modules judge time and text alike.
+from control.pki import PKIError, _pem, _utc, load_certs, verify_pin
 
 #: Why a peer's CA bundle is refused: it is not exactly one self-signed peering CA certificate, valid now.
 NOT_A_PEERING_CA = "NotAPeeringCA"
@@ -27,16 +27,6 @@ NOT_A_PEERING_CA = "NotAPeeringCA"
 PIN_MISMATCH = "PinMismatch"
 #: Why a certificate of the peer is refused: it does not chain to the peer's one CA, or is not valid now.
 NOT_ISSUED_BY_PEER_CA = "NotIssuedByPeerCA"
-
-
-def _pem(cert: x509.Certificate) -> str:
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
-
-
-def _utc(now: datetime) -> datetime:
-    if now.tzinfo is None:
-        raise ValueError("now must be timezone-aware (UTC)")
-    return now.astimezone(timezone.utc)
 
 
 def _ca_problem(cert: x509.Certificate, now: datetime) -> str | None:

@@ -61,18 +61,6 @@ def _own_key_cases():
     }
 
 
-@pytest.mark.parametrize("case", sorted(_own_key_cases()))
-def test_a_peer_ca_bundle_is_exactly_one_self_signed_p256_ca_valid_now(case):
-    bundle, why = _own_key_cases()[case]
-    with pytest.raises(pki.PKIError) as err:
-        peertrust.peer_ca(bundle, now=NOW)
-    assert err.value.reason == peertrust.NOT_A_PEERING_CA and why in err.value.message
-    # The same bundle under its own pin is no better.
-    with pytest.raises(pki.PKIError):
-        peertrust.pinned_ca(bundle, pki.spki_pin(bundle), now=NOW)
-    assert peertrust.peer_ca(A_CA.cert_pem, now=NOW) == A_CA.cert_pem
-
-
 NOT_A_CA = _own_key_cases()["not a CA"][0]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import uuid
@@ -110,6 +111,34 @@ async def test_truncated_string_ends_in_malformed(lab):
     assert "copy it again" in message
 
 
+def join_body(inv: connstring.Invitation, alias: str) -> dict:
+    """A join with `inv`'s token from a new cluster (its own UUID, CA and key), named `alias`."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    joiner = str(uuid.uuid4())
+    return join_rules.join_request(inv, cluster_uuid=joiner, alias=alias, entrance=f"peering-gateway.{alias}.lab",
+                                   ca_pem=pki.create_ca(joiner, now=now).cert_pem,
+                                   csr_pem=pki.make_key_and_csr(joiner).cert_pem, offer={})
+
+
+@contextlib.asynccontextmanager
+async def join_handler(cluster, inv: connstring.Invitation):
+    """The join handler of `cluster` as every replica runs it (its own session and synced caches, holding `inv`'s
+    invite), and its API session."""
+    kube = await KubeSession.connect(str(cluster.path("kubeconfig")))
+    informers = Informers(kube)
+    ctx = Context(Settings(public_domain_template=f"%s.{cluster.name}.lab"), kube, informers, Handlers())
+    handler = JoinHandler(ctx)
+    ctx.cluster_uuid_informer()
+    informers.start()
+    try:
+        await informers.wait_synced()
+        await until(lambda: handler._find(inv.token_id), what="the invite in the handler's cache")
+        yield handler, kube
+    finally:
+        await informers.stop()
+        await kube.close()
+
+
 async def test_fifty_concurrent_joins_with_one_string_exactly_one_wins(lab):
     """The join handler as every replica runs it, against cluster a's API: 50 joiners (distinct clusters and keys)
     race with one string; the resourceVersion precondition lets exactly one mark it used."""
@@ -117,25 +146,8 @@ async def test_fifty_concurrent_joins_with_one_string_exactly_one_wins(lab):
     create_invite(a, "contested")
     text = await connection_string(a, "contested")
     inv = connstring.decode(text, now=datetime.datetime.now(datetime.timezone.utc))
-    settings = Settings(public_domain_template="%s.a.lab")
-    kube = await KubeSession.connect(str(a.path("kubeconfig")))
-    informers = Informers(kube)
-    ctx = Context(settings, kube, informers, Handlers())
-    handler = JoinHandler(ctx)
-    ctx.cluster_uuid_informer()
-    informers.start()
-    try:
-        await informers.wait_synced()
-        await until(lambda: handler._find(inv.token_id), what="the invite in the handler's cache")
-        now = datetime.datetime.now(datetime.timezone.utc)
-        bodies = []
-        for i in range(50):
-            joiner = str(uuid.uuid4())
-            ca = pki.create_ca(joiner, now=now)
-            csr = pki.make_key_and_csr(joiner)
-            bodies.append(join_rules.join_request(inv, cluster_uuid=joiner, alias=f"joiner-{i}",
-                                                  entrance=f"peering-gateway.j{i}.lab", ca_pem=ca.cert_pem,
-                                                  csr_pem=csr.cert_pem, offer={}))
+    async with join_handler(a, inv) as (handler, _):
+        bodies = [join_body(inv, f"joiner-{i}") for i in range(50)]
 
         async def one(body: dict):
             try:
@@ -144,9 +156,6 @@ async def test_fifty_concurrent_joins_with_one_string_exactly_one_wins(lab):
                 return err
 
         results = await asyncio.gather(*(one(b) for b in bodies))
-    finally:
-        await informers.stop()
-        await kube.close()
     won = [r for r in results if isinstance(r, dict)]
     lost = [r for r in results if isinstance(r, Refusal)]
     assert len(won) == 1, [getattr(r, "reason", "answer") for r in results]
@@ -159,11 +168,7 @@ async def test_fifty_concurrent_joins_with_one_string_exactly_one_wins(lab):
 async def _guess(port: int, source: str, inv: connstring.Invitation, secret: str) -> tuple[int, str]:
     """A well-formed join with `inv`'s token ID and a wrong `secret`, sent from the loopback address `source`
     straight to the join listener (as from a client of its own behind a trusted Ingress)."""
-    now = datetime.datetime.now(datetime.timezone.utc)
-    joiner = str(uuid.uuid4())
-    body = join_rules.join_request(dataclasses.replace(inv, token_secret=secret), cluster_uuid=joiner, alias="x",
-                                   entrance="peering-gateway.guess.lab", ca_pem=pki.create_ca(joiner, now=now).cert_pem,
-                                   csr_pem=pki.make_key_and_csr(joiner).cert_pem, offer={})
+    body = join_body(dataclasses.replace(inv, token_secret=secret), "guess")
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(source, 0))) as http:
         async with http.post(f"http://127.0.0.1:{port}/v1/join", json=body) as r:
             return r.status, (await r.json())["reason"]
@@ -204,20 +209,8 @@ async def test_a_token_id_over_its_limit_is_answered_from_the_cache_alike_for_un
     a = lab["a"]
     create_invite(a, "limited")
     inv = connstring.decode(await connection_string(a, "limited"), now=datetime.datetime.now(datetime.timezone.utc))
-    kube = await KubeSession.connect(str(a.path("kubeconfig")))
-    informers = Informers(kube)
-    ctx = Context(Settings(public_domain_template="%s.a.lab"), kube, informers, Handlers())
-    handler = JoinHandler(ctx)
-    ctx.cluster_uuid_informer()
-    informers.start()
-    try:
-        await informers.wait_synced()
-        await until(lambda: handler._find(inv.token_id), what="the invite in the handler's cache")
-        now = datetime.datetime.now(datetime.timezone.utc)
-        joiner = str(uuid.uuid4())
-        good = join_rules.join_request(inv, cluster_uuid=joiner, alias="j", entrance="peering-gateway.j.lab",
-                                       ca_pem=pki.create_ca(joiner, now=now).cert_pem,
-                                       csr_pem=pki.make_key_and_csr(joiner).cert_pem, offer={})
+    async with join_handler(a, inv) as (handler, kube):
+        good = join_body(inv, "j")
         refusals = []
         before = sum(kube.read_counts.values())
         for token in (f"{inv.token_id}.wrong", "nosuchid.wrong", inv.token_id, 5):
@@ -228,7 +221,4 @@ async def test_a_token_id_over_its_limit_is_answered_from_the_cache_alike_for_un
         assert len(set(refusals)) == 1 and refusals[0][:2] == (429, "TooManyAttempts")
         answer = await handler(JoinCall(body=good, remote="198.51.100.2", token_limited=True))
         assert answer["clusterUUID"] == a.info()["uuid"]
-    finally:
-        await informers.stop()
-        await kube.close()
     assert clusterpeer(a, "limited")["status"]["invite"]["used"] is True
