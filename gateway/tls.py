@@ -153,10 +153,10 @@ _RESUMPTION_REFUSED = False
 
 
 def require_no_resumption() -> None:
-    """Establish, once per process, that a server context made as `server_context` makes them resumes no session
-    over TLS 1.2 (session ID, ticket) or TLS 1.3 (ticket): a full handshake in memory with a throwaway certificate,
-    then one offering its session again, over each version. TLSSafetyError when any resumes or the context cannot
-    be made so; `Gateway.start` calls it, so that a gateway that would resume never starts."""
+    """Establish, once per process, that a server context made the way `server_context` makes one resumes no
+    session over TLS 1.2 (session ID, ticket) or TLS 1.3 (ticket): a full handshake in memory with a throwaway
+    certificate, then one offering its session again, over each version. TLSSafetyError when any resumes or the
+    context cannot be made so; `Gateway.start` calls it, so that a gateway that would resume never starts."""
     global _RESUMPTION_REFUSED
     if _RESUMPTION_REFUSED:
         return

@@ -61,19 +61,28 @@ def copies(cluster, strings: dict[str, str]) -> list[str]:
     return found
 
 
+def refused_for_its_copy(done: subprocess.CompletedProcess) -> bool:
+    """kubectl's answer is the chart's ValidatingAdmissionPolicy refusing a copy, naming the commands to use."""
+    return done.returncode != 0 and "d8-peering-connection-string-copies" in done.stderr and \
+        "d8 k create -f" in done.stderr
+
+
 async def policies_in_force(cluster, text: str) -> None:
     """On the real backend, until the chart's admission policies take effect (a moment after the lab created
-    them): a server-side dry run of a client-side apply comes back without the copy."""
-    async def stripped() -> bool:
+    them): a server-side dry run of a client-side apply comes back without the copy (the MutatingAdmissionPolicy),
+    or is refused for it (the ValidatingAdmissionPolicy, where the mutation could not run)."""
+    async def in_force() -> bool:
         done = await kubectl(cluster, "apply", "--dry-run=server", "-o", "json", "-f", "-",
                              stdin=join_manifest("dry-run", text))
-        annotations = json.loads(done.stdout).get("metadata", {}).get("annotations", {}) if done.returncode == 0 else {}
-        return done.returncode == 0 and "kubectl.kubernetes.io/last-applied-configuration" not in annotations
+        if done.returncode != 0:
+            return refused_for_its_copy(done)
+        annotations = json.loads(done.stdout).get("metadata", {}).get("annotations") or {}
+        return "kubectl.kubernetes.io/last-applied-configuration" not in annotations
     for _ in range(150):
-        if await stripped():
+        if await in_force():
             return
         await asyncio.sleep(0.2)
-    raise AssertionError("the chart's MutatingAdmissionPolicy never stripped the copy of a dry run")
+    raise AssertionError("the chart's admission policies never took effect on a dry run")
 
 
 async def test_no_copy_of_the_string_after_create_server_side_apply_or_apply(lab):
@@ -86,8 +95,12 @@ async def test_no_copy_of_the_string_after_create_server_side_apply_or_apply(lab
         strings[name] = await connection_string(a, f"for-{name}")
     for name, args in COMMANDS.items():
         done = await kubectl(b, *args, stdin=join_manifest(name, strings[name]))
-        assert done.returncode == 0, done.stderr
         assert strings[name] not in done.stdout + done.stderr
+        if name == "applied" and b.apiserver == "real" and refused_for_its_copy(done):
+            # The mutation could not run (kube-apiserver lacked the CRD's schema for it): refused instead, and
+            # made as the refusal says.
+            done = await kubectl(b, *COMMANDS["created"], stdin=join_manifest(name, strings[name]))
+        assert done.returncode == 0, done.stderr
     # One of them joins; b peers with a once, so the others end in ClusterUUIDInUse (each with its status and
     # Events written).
     def outcome():
