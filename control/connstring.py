@@ -34,6 +34,10 @@ VERSION = 1
 MAX_LENGTH = 4096
 
 _PREFIX_RE = re.compile(r"^d8peer(\d+)\.")
+#: Where a connection string of any version starts, inside any text. The chart's admission policies
+#: (templates/admission-policy-connection-string.yaml) match annotations with the same RE2 pattern.
+COPY_PATTERN = "d8peer[0-9]+[.]"
+_COPY_RE = re.compile(COPY_PATTERN)
 _TOKEN_ID_RE = re.compile(r"^[a-z0-9]{1,16}$")
 #: base64url alphabet; 22 characters carry 128 bits.
 _SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{22,128}$")
@@ -242,6 +246,15 @@ def decode(text: str, *, now: datetime, expected_cluster_uuid: str | None = None
             "cluster you meant, or correct spec.join.expectedClusterUUID",
         )
     return inv
+
+
+def copies_in(annotations: object) -> list[str]:
+    """The keys of the annotations (metadata.annotations of a ClusterPeer) whose value holds a connection string:
+    kubectl's client-side apply copies the whole object, spec.join.connectionString included, into
+    `kubectl.kubernetes.io/last-applied-configuration`, which the API server never masks. Sorted; never the values."""
+    if not isinstance(annotations, dict):
+        return []
+    return sorted(k for k, v in annotations.items() if isinstance(k, str) and isinstance(v, str) and _COPY_RE.search(v))
 
 
 def format_time(t: datetime) -> str:

@@ -44,6 +44,20 @@ class Context:
     """The registry this replica's gateway decides on (the feed's): what the control loop announces is held back
     until it is served here. None where no gateway runs in the process (a tool, a test of the rules): nothing is
     held back then."""
+    written_status: dict[str, tuple[str, dict]] = dataclasses.field(default_factory=dict)
+    """The status the ClusterPeer reconciler of this process last wrote, by ClusterPeer: the resourceVersion that
+    write replaced, and the status written (`current_status`)."""
+
+    def current_status(self, cp: dict | None) -> dict:
+        """The status of the cached ClusterPeer `cp` as this process last knows the API to hold it: the status its
+        reconciler wrote while the cache still holds the object that write replaced (the watch has not delivered
+        it yet), else the cached one. A peer handler answers from it as fresh as a read of the API would be for
+        what this process wrote, without one."""
+        meta = (cp or {}).get("metadata") or {}
+        written = self.written_status.get(meta.get("name") or "")
+        if written is not None and written[0] == meta.get("resourceVersion"):
+            return written[1]
+        return (cp or {}).get("status") or {}
 
     def enqueue(self, reconciler: str, key: str) -> None:
         """Queue `key` for the named reconciler now (a request handler's nudge); a replica that does not lead has

@@ -8,7 +8,8 @@ kubernetes-asyncio APIs remain usable on `session.api_client`; the control loop 
 
 Every write (POST, PUT, PATCH, DELETE; not the reviews, which store nothing) is counted, in `writes` /
 `write_counts` and in the Prometheus counter `peering_api_writes_total`, so a test or a benchmark can assert
-that a steady state makes no writes.
+that a steady state makes no writes; every GET through `request` is counted by resource in `read_counts`, so one
+can assert what a request handler costs the API server.
 """
 
 from __future__ import annotations
@@ -179,6 +180,9 @@ class KubeSession:
         self._old_session = old
         self.writes = 0
         self.write_counts: collections.Counter[tuple[str, str]] = collections.Counter()
+        #: GETs (a get or a page of a list; not a watch, which `watch` streams), by resource: what a request
+        #: handler costs the API server, which the module shares with its own control loop.
+        self.read_counts: collections.Counter[str] = collections.Counter()
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, *, context: str | None = None,
@@ -265,6 +269,8 @@ class KubeSession:
             self.writes += 1
             self.write_counts[(method, resource)] += 1
             API_WRITES.labels(method, resource).inc()
+        elif method == "GET":
+            self.read_counts[resource] += 1
         async with self.session.request(
                 method, self.server + path, params=params, data=data,
                 headers=await self._headers(content_type if data is not None else None, accept),

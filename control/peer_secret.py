@@ -36,14 +36,26 @@ async def write_peer_secret(kube: KubeSession, cp: dict, namespace: str, values:
 
 
 async def update_peer_secret(kube: KubeSession, namespace: str, name: str,
-                             change: Callable[[dict[str, str]], dict[str, str] | None]) -> dict[str, str] | None:
+                             change: Callable[[dict[str, str]], dict[str, str] | None], *,
+                             cached: Callable[[], tuple[dict | None, dict | None]] | None = None
+                             ) -> dict[str, str] | None:
     """Read the ClusterPeer `name` and its peer Secret from the API, apply `change` to the Secret's values and write
     them with the resourceVersion read; on a conflict, read and apply again. `change` returns the new values, or
     None when nothing is to be written (it may raise to refuse). Returns the values the Secret holds afterwards, or
-    None when every attempt met a concurrent write. Raises PeeringGone when the peering no longer exists."""
-    for _ in range(MAX_ATTEMPTS):
-        cp = await kube.get_or_none(CLUSTERPEERS, name)
-        secret = await kube.get_or_none(SECRETS, peer_secret_name(name), namespace)
+    None when every attempt met a concurrent write. Raises PeeringGone when the peering no longer exists.
+
+    `cached` gives the first attempt the two objects from the informers' caches instead of two GETs (a request
+    handler of the peer protocol, which a peer may call often): a change that writes nothing then costs the API
+    server nothing, and a write from a copy the cache has not caught up with fails its resourceVersion
+    precondition and is read again from the API."""
+    for attempt in range(MAX_ATTEMPTS):
+        if attempt == 0 and cached is not None:
+            cp, secret = cached()
+            if cp is None or secret is None:
+                continue  # not in the caches (yet): the API says whether the peering is gone
+        else:
+            cp = await kube.get_or_none(CLUSTERPEERS, name)
+            secret = await kube.get_or_none(SECRETS, peer_secret_name(name), namespace)
         if cp is None or secret is None:
             raise PeeringGone(name)
         values = creds.secret_values(secret)

@@ -328,20 +328,23 @@ def spki_pin(ca_pem: str) -> str:
     return "sha256:" + hashlib.sha256(_spki_der(load_cert(ca_pem).public_key())).hexdigest()
 
 
+def _pin_matches(cert: x509.Certificate, pin: str) -> bool:
+    try:
+        got = "sha256:" + hashlib.sha256(_spki_der(cert.public_key())).hexdigest()
+    except (ValueError, UnsupportedAlgorithm):
+        return False  # a key that cannot be read matches no pin
+    return hmac.compare_digest(got.encode(), pin.strip().lower().encode())
+
+
 def verify_pin(ca_pem: str, pin: str) -> bool:
-    """Whether any certificate of the bundle matches the pin; a malformed bundle or pin never matches."""
+    """Whether the bundle is exactly one certificate and it carries the key the pin names; a malformed bundle or
+    pin, or a bundle of more than one certificate, never matches (a second certificate is trust nobody pinned).
+    Whether that one certificate is the CA's own is `peertrust.pinned_ca`'s to check."""
     try:
         certs = load_certs(ca_pem)
     except PKIError:
         return False
-    for cert in certs:
-        try:
-            got = "sha256:" + hashlib.sha256(_spki_der(cert.public_key())).hexdigest()
-        except (ValueError, UnsupportedAlgorithm):
-            continue  # a key that cannot be read matches no pin
-        if hmac.compare_digest(got.encode(), pin.strip().lower().encode()):
-            return True
-    return False
+    return len(certs) == 1 and _pin_matches(certs[0], pin)
 
 
 def issued_by(cert_pem: str, ca_pem: str) -> bool:

@@ -10,6 +10,7 @@ with atheris.instrument_imports():
     from control.rules import join as join_rules
 
 from fuzz.common import run
+from fuzz.seeds import NOW
 
 
 def test_one_input(data: bytes) -> None:
@@ -18,7 +19,7 @@ def test_one_input(data: bytes) -> None:
     except (ValueError, RecursionError):
         return  # the handler answers MalformedBody before the parser sees it
     try:
-        join_rules.parse_join_request(body)
+        join_rules.parse_join_request(body, now=NOW)
     except join_rules.JoinError as exc:
         if not exc.reason or not exc.message:
             raise AssertionError("a refusal without a reason or message") from None

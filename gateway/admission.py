@@ -29,6 +29,7 @@ from gateway import catchup
 from gateway.headers import Fields, bearer, request_head, screen_request
 from gateway.registry import Peer
 from gateway.state import GatewayState
+from gateway.status import unknown_certificate
 from gateway.authority import Authority
 from gateway.consumers import service_account
 from gateway.tokens import VerifiedToken, check_expiry, claims_expiry, expired, unverified_claims
@@ -137,8 +138,7 @@ def entrance_peer(state: GatewayState, fingerprint: str | None) -> Peer:
     """The live peer the client certificate belongs to, or PeerUnknown (and the connection is closed)."""
     peer = state.registry.by_fingerprint.get(fingerprint) if fingerprint is not None else None
     if peer is None:
-        raise Refusal(403, reasons.PEER_UNKNOWN, "this client certificate belongs to no live peering of this "
-                      "cluster; if the ClusterPeer was deleted, create the peering again")
+        raise unknown_certificate()
     return peer
 
 
@@ -216,7 +216,7 @@ def _certificate_coming(state: GatewayState, refusal: Refusal, fingerprint: str 
     """A certificate of our CA that no live peering holds yet, while a ClusterPeer's exchange is under way: the
     peer may already use what it was issued before the registry has that peering (catchup.py); else `refusal`."""
     registry, limits = state.registry, state.limits
-    if limits.registry_catch_up <= 0 or fingerprint is None or not registry.pending:
+    if not registry.certificate_may_come(fingerprint, limits.registry_catch_up):
         raise refusal
     return catchup.NeedsRegistry(refusal, registry.generation, again, watch, state.loop.time() + limits.registry_catch_up)
 

@@ -65,6 +65,14 @@ class Limits:
     exchange_burst_per_peer: float = 200.0
     """Exchanges one peer may cause at once before `exchanges_per_peer_per_second` applies (a peer's consumers
     all starting together, each with a fresh token)."""
+    peer_calls_per_second: float = 5.0
+    """Calls of the peer protocol (/peering/v1/*) one peer may make per second over the whole process (its
+    workers' calls all reach the parent); beyond it and the burst a call gets 429 PeerCallsRateLimited with a
+    Retry-After. A peer's module makes about one a `--peer-sync-interval` (an offer pull), one per notify, one
+    credentials delivery and a renewal twice a client certificate's lifetime. 0 turns the bound off."""
+    peer_call_burst: float = 50.0
+    """Peer protocol calls one peer may make at once before `peer_calls_per_second` applies (a join's delivery,
+    pulls and notifies together)."""
 
 
 @dataclass

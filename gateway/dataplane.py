@@ -97,6 +97,9 @@ class DataPlane:
                              count_failure=lambda reason: count.labels("egress", reason).inc(),
                              handshake_timeout=limits.handshake_timeout, max_connections=limits.max_connections)
         self._acceptors = [entrance, egress]
+        # Read at each scrape: every TCP connection an acceptor holds, from its accept to its end.
+        for acceptor in self._acceptors:
+            self.metrics.connections.labels(acceptor.name).set_function(lambda a=acceptor: a.open)
         factories = {"entrance": (entrance, cfg.entrance_host, cfg.entrance_port),
                      "egress": (egress, cfg.egress_host, cfg.egress_port),
                      "join": (join_http, cfg.join_host, cfg.join_port),

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import math
 import re
 import time
 from urllib.parse import quote
 from typing import Awaitable, Callable
 
 import aiohttp
-from cachetools import LRUCache, TLRUCache
+from cachetools import TLRUCache
 
 from contract import reasons
 from contract.errors import Refusal
+from gateway.ratelimit import TokenBuckets, retry_after_seconds
 from gateway.tokens import numeric_date
 
 GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -115,41 +115,17 @@ def basic_auth(client_id: str, secret: str) -> str:
     return "Basic " + base64.b64encode(pair).decode()
 
 
-class PeerRate:
-    """A token bucket per Dex connector (one per peer): `rate` exchanges a second, bursts of `burst`; a call
-    beyond it is refused with 429 TokenExchangeRateLimited and a Retry-After. Only calls that reach Dex take a
-    token: a cached or shared exchange costs none. The table is an LRU of `max_peers` buckets, so a flood of
-    connectors evicts one bucket at a time (a bucket evicted starts full again: more than peers means something
-    else is wrong). `rate` <= 0 turns the bound off."""
+class PeerRate(TokenBuckets):
+    """A token bucket per Dex connector (one per peer, `ratelimit.TokenBuckets`): `rate` exchanges a second, bursts
+    of `burst`; a call beyond it is refused with 429 TokenExchangeRateLimited and a Retry-After. Only calls that
+    reach Dex take a token: a cached or shared exchange costs none."""
 
     def __init__(self, rate: float, burst: float, *, max_peers: int = 10_000,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if rate > 0 and burst < 1:
-            raise ValueError(f"a burst of {burst} exchanges lets no exchange through; give at least 1")
-        self.rate = rate
-        self.burst = burst
-        self._clock = clock
-        self._buckets: LRUCache = LRUCache(max_peers)  # connector -> [tokens, when]
-
-    def take(self, connector_id: str) -> float:
-        """0 when an exchange through `connector_id` may go to Dex now (a token is taken), else the seconds until
-        the next one may."""
-        if self.rate <= 0:
-            return 0.0
-        now = self._clock()
-        bucket = self._buckets.get(connector_id)
-        if bucket is None:
-            bucket = self._buckets[connector_id] = [self.burst, now]
-        tokens = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
-        bucket[1] = now
-        if tokens >= 1:
-            bucket[0] = tokens - 1
-            return 0.0
-        bucket[0] = tokens
-        return (1 - tokens) / self.rate
+        super().__init__(rate, burst, max_keys=max_peers, clock=clock, unit="exchange")
 
     def refusal(self, connector_id: str, wait: float) -> Refusal:
-        seconds = max(1, math.ceil(wait))
+        seconds = retry_after_seconds(wait)
         return Refusal(429, reasons.TOKEN_EXCHANGE_RATE_LIMITED,
                        f"this peer's consumers present more new tokens than this gateway exchanges at Dex for one "
                        f"peer ({self.rate:g} a second, bursts of {self.burst:g}); retry after {seconds} s, and "

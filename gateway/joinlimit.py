@@ -4,9 +4,11 @@ Behind the Ingress every connection comes from the Ingress controller, so the so
 every joiner after a few bad requests from anyone. The limit is kept per client address, as the trusted Ingress
 reports it (`client_address`: X-Forwarded-For / X-Real-IP only on a connection from a configured trusted proxy,
 otherwise the socket's address), and per token ID of the attempt: a client whose joins were refused too often
-in a minute gets 429 until the oldest of those refusals is a minute old, and so does a token ID guessed at from
-many addresses; any other client with any other token ID passes. Only refusals count (a 4xx of the control loop),
-so a good connection string is never slowed by another's guessing.
+in a minute gets 429 until the oldest of those refusals is a minute old (guessing from one address). A token ID
+guessed at too often from many addresses is limited too, but only for what is wrong: the listener hands such an
+attempt on marked `JoinCall.token_limited`, and the control loop answers 429 unless its token verifies, checked
+first in constant time from its cache (token IDs are no secret: viewers read status.invite.tokenID). Only
+refusals count (a 4xx of the control loop), so a good connection string is never slowed by another's guessing.
 
 Bounded: at most `max_keys` keys, least recently refused evicted first, one at a time, so a flood of new
 addresses forgets the oldest attempts, never everyone at once.

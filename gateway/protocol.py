@@ -23,6 +23,11 @@ class JoinCall:
 
     body: dict
     remote: str  # client address, for rate limiting only
+    #: The attempt's token ID made too many refused joins in the last minute (gateway/joinlimit.py): the control
+    #: loop answers 429 TooManyAttempts unless the token verifies, which it checks first, in constant time and
+    #: without telling an unknown token ID from a wrong secret. So only what is wrong is limited: the holder of
+    #: the string always gets through, however many wrong guesses others made at its token ID.
+    token_limited: bool = False
 
 
 class ControlHandlers(Protocol):

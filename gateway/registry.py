@@ -67,8 +67,17 @@ class Registry:
     loaded: bool = field(default=True, compare=False)
     """False only for the placeholder the gateway starts with, so /readyz can tell it apart from a real empty one."""
     pending: frozenset[str] = frozenset()
-    """ClusterPeers that exist but are not live yet (no peer Secret with an issued certificate): a request for one
-    may be a moment ahead of the registry (catchup.py)."""
+    """ClusterPeers that are not live yet (no peer Secret with an issued certificate) while their exchange is under
+    way (`exchange_under_way`): a request for one may be a moment ahead of the registry (catchup.py), and an
+    entrance connection with a certificate no live peering holds is kept only while there is one
+    (connections.py)."""
+
+    def certificate_may_come(self, fingerprint: str | None, catch_up: float) -> bool:
+        """Whether a client certificate of our CA that no live peering here holds may be one in a moment: a
+        ClusterPeer's exchange is under way (`pending`) and waiting is on (`Limits.registry_catch_up`). Its requests
+        then wait for a newer registry (admission.py, catchup.py); otherwise they are refused at once, and its
+        connection is answered PeerUnknown and closed right after the handshake (connections.py)."""
+        return catch_up > 0 and fingerprint is not None and bool(self.pending)
 
     def __reduce__(self):
         # Worker processes receive snapshots pickled; mapping proxies are not picklable, plain dicts are.
@@ -97,7 +106,7 @@ class Registry:
             cp_name = _get(obj, "metadata", "name")
             peer = peer_from_objects(obj, secrets.get(peer_secret_name(cp_name)) if isinstance(cp_name, str) else None)
             if peer is None:
-                if isinstance(cp_name, str) and cp_name and not _get(obj, "metadata", "deletionTimestamp"):
+                if isinstance(cp_name, str) and cp_name and exchange_under_way(obj):
                     pending.add(cp_name)
                 continue
             peers[peer.name] = peer
@@ -123,6 +132,21 @@ def _restore(cluster_uuid: str, peers: dict, by_fingerprint: dict, capabilities:
     return Registry(cluster_uuid=cluster_uuid, peers=MappingProxyType(peers),
                     by_fingerprint=MappingProxyType(by_fingerprint), capabilities=MappingProxyType(capabilities),
                     generation=generation, loaded=loaded, pending=pending)
+
+
+def exchange_under_way(clusterpeer: dict) -> bool:
+    """Whether a ClusterPeer that is not live is in its credentials exchange, so that a certificate issued for it
+    may be in use before the registry holds it: an Invite whose token was used (redeemed, its Secret not written
+    or not seen yet), or a Join not refused for good (phase Error). An unused Invite is not, for its whole TTL:
+    nobody holds a certificate of it yet."""
+    if _get(clusterpeer, "metadata", "deletionTimestamp"):
+        return False
+    kind = _get(clusterpeer, "spec", "type")
+    if kind == "Invite":
+        return _get(clusterpeer, "status", "invite", "used") is True
+    if kind == "Join":
+        return _get(clusterpeer, "status", "phase") != "Error"
+    return False
 
 
 def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:

@@ -17,9 +17,11 @@ from gateway.config import GatewayConfig
 from gateway.dataplane import LISTENERS, Certificates, DataPlane
 from gateway.exchange import ExchangeFailures
 from gateway.metrics import Metrics
+from gateway.peercalls import PeerCallBound
 from gateway.protocol import ControlHandlers
 from gateway.registry import Registry
 from gateway.state import GatewayState
+from gateway.tls import require_no_resumption
 from gateway.workers import WorkerPool
 
 
@@ -43,15 +45,19 @@ class Gateway:
         #: Called with the connector whenever its entry in `exchange_failures` changes.
         self.on_exchange_change: Callable[[str], None] | None = None
         count = config.workers if config.workers > 0 else (os.cpu_count() or 1)
-        self._pool = WorkerPool(config, handlers, count) if count > 1 else None
+        # Every peer call of the process, its workers' too, passes this one bound per peer.
+        bounded = PeerCallBound(handlers, config.limits.peer_calls_per_second, config.limits.peer_call_burst)
+        self._pool = WorkerPool(config, bounded, count) if count > 1 else None
         listeners = ("join", "ops") if self._pool is not None else LISTENERS
-        self._plane = DataPlane(config, handlers, self.metrics, listeners=listeners, readiness=self.readiness,
+        self._plane = DataPlane(config, bounded, self.metrics, listeners=listeners, readiness=self.readiness,
                                 scrape=self._scrape, on_exchange=self.exchange_outcome)
 
     # ----- lifecycle ---------------------------------------------------------------------------------------
     async def start(self) -> None:
         """Bind all listeners and open the sessions; with workers, start them first (they serve the entrance and
         the egress)."""
+        # A gateway whose TLS could resume a session (and so skip a client certificate) does not start.
+        require_no_resumption()
         try:
             if self._pool is not None:
                 # The workers' token exchanges go through this process's one cache (and its Dex client).

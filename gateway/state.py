@@ -44,7 +44,8 @@ class GatewayState:
         self.loop = loop
         self.registry = registry
         self.tokens = VerifiedTokens()
-        self.connections = PeerConnections(limits.max_connections_per_peer, metrics)
+        self.connections = PeerConnections(limits.max_connections_per_peer, self.accounting, lambda: self.registry,
+                                           lambda: self.limits.registry_catch_up)
         #: Set (and replaced) at every publish: requests waiting for a newer registry (catchup.py) wake on it.
         self.published = asyncio.Event()
         #: The open proxied requests with what admitted them: closed when a registry or the clock withdraws it.

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 import json
 
+from contract import reasons
+from contract.errors import Refusal
+
+
+def unknown_certificate() -> Refusal:
+    """The refusal of a client certificate (of our CA: TLS verified it) that no live peering holds: 403
+    PeerUnknown, which the peer's module shows as "the peer has probably revoked us"; the connection is closed."""
+    return Refusal(403, reasons.PEER_UNKNOWN, "this client certificate belongs to no live peering of this "
+                   "cluster; if the ClusterPeer was deleted, create the peering again")
+
 
 def status_body(code: int, reason: str, message: str, retry_after: int | None = None) -> bytes:
     """The JSON of a failed Status. `reason` is the gateway's own machine-readable cause (kubectl prints it as

@@ -115,18 +115,116 @@ def add_openssl_modes(ctx: ssl.SSLContext, modes: int) -> bool:
     return False
 
 
+class TLSSafetyError(ValueError):
+    """A safety property of the server's TLS that cannot be established here: the gateway does not serve (a
+    context is not built, and `Gateway.start` refuses to start) rather than serve without it."""
+
+
 def disable_session_cache(ctx: ssl.SSLContext) -> bool:
-    """Switch off the server-side session cache of `ctx`; False (logged) when not done."""
+    """Switch off the server-side session cache of `ctx` and read the mode back; False when that cannot be done.
+
+    Python's ssl has no API for the session cache mode, and pyOpenSSL's (`Context.set_session_cache_mode`) acts
+    on pyOpenSSL's own contexts only, which live in the OpenSSL that cryptography ships, not in the one `_ssl` is
+    linked with: hence SSL_CTX_ctrl on `_ssl`'s own library (`_OpenSSL`), trusted only as far as it reads back."""
     openssl = _openssl()
-    if openssl.control(ctx, _SSL_CTRL_SET_SESS_CACHE_MODE, SSL_SESS_CACHE_OFF) is not None and \
-            openssl.control(ctx, _SSL_CTRL_GET_SESS_CACHE_MODE, 0) == SSL_SESS_CACHE_OFF:
-        return True
-    log.warning("the TLS session cache could not be switched off: TLS 1.2 clients may resume sessions")
-    return False
+    return openssl.control(ctx, _SSL_CTRL_SET_SESS_CACHE_MODE, SSL_SESS_CACHE_OFF) is not None and \
+        openssl.control(ctx, _SSL_CTRL_GET_SESS_CACHE_MODE, 0) == SSL_SESS_CACHE_OFF
+
+
+def _never_resume(ctx: ssl.SSLContext) -> None:
+    """No TLS 1.3 session tickets (nor TLS 1.2 ones): the peers' clients do not resume, and a resumed session
+    would skip the check of the client certificate against a CA that may have been rotated since. Each ticket also
+    costs OpenSSL a copy of the session with the client certificate decoded again, the largest single cost of a
+    full handshake after the signatures. Nor TLS 1.2 resumption by session ID, for the same reason: Python's ssl
+    gives server contexts a session ID context, so OpenSSL would cache every session (with the client certificate)
+    for five minutes and let a client resume one without presenting its certificate again, expired or not. Raises
+    TLSSafetyError when the session cache cannot be switched off."""
+    ctx.num_tickets = 0  # Python's own API for both kinds of ticket
+    ctx.options |= ssl.OP_NO_TICKET
+    if not disable_session_cache(ctx):
+        raise TLSSafetyError(
+            f"the TLS session cache of a server context could not be switched off (Python's ssl on "
+            f"{ssl.OPENSSL_VERSION}, {sys.implementation.name}): TLS 1.2 clients could resume a session without "
+            "presenting their certificate again, so the gateway does not serve; run it on CPython, whose ssl module "
+            "is linked with OpenSSL as a shared library")
+
+
+_RESUMPTION_REFUSED = False
+
+
+def require_no_resumption() -> None:
+    """Establish, once per process, that a server context made the way `server_context` makes one resumes no
+    session over TLS 1.2 (session ID, ticket) or TLS 1.3 (ticket): a full handshake in memory with a throwaway
+    certificate, then one offering its session again, over each version. TLSSafetyError when any resumes or the
+    context cannot be made so; `Gateway.start` calls it, so that a gateway that would resume never starts."""
+    global _RESUMPTION_REFUSED
+    if _RESUMPTION_REFUSED:
+        return
+    cert_pem, key_pem = _throwaway_certificate()
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _harden(server)
+    _load_chain(server, cert_pem, key_pem)
+    _never_resume(server)
+    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        client.load_verify_locations(cadata=cert_pem.decode())
+        client.minimum_version = client.maximum_version = version
+        _, first = memory_handshake(server, client)
+        _, second = memory_handshake(server, client, first.session)
+        if second.session_reused or server.session_stats()["number"]:
+            raise TLSSafetyError(f"a {version.name} session was resumed (or cached) by a server context with "
+                                 "tickets and the session cache off: a client could skip presenting its "
+                                 f"certificate; the gateway does not start on {ssl.OPENSSL_VERSION}")
+    _RESUMPTION_REFUSED = True
+
+
+def _throwaway_certificate() -> tuple[bytes, bytes]:
+    from datetime import datetime, timedelta, timezone
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "resumption-check")])
+    now = datetime.now(timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(minutes=1))
+            .not_valid_after(now + timedelta(minutes=10))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("resumption-check")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
+
+
+def memory_handshake(server: ssl.SSLContext, client: ssl.SSLContext, session: ssl.SSLSession | None = None, *,
+                     server_hostname: str = "resumption-check") -> tuple[ssl.SSLObject, ssl.SSLObject]:
+    """A handshake over memory BIOs (a few flights) offering `session`: (the server's end, the client's end), once
+    the client has read what came after the handshake (TLS 1.3 tickets, if any)."""
+    si, so, ci, co = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    ours = server.wrap_bio(si, so, server_side=True)
+    theirs = client.wrap_bio(ci, co, server_hostname=server_hostname, session=session)
+    for _ in range(10):
+        for end in (theirs, ours):
+            try:
+                end.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        si.write(co.read())
+        ci.write(so.read())
+        if not (co.pending or so.pending) and ours.version() and theirs.version():
+            try:
+                theirs.read(1)  # TLS 1.3 sends its tickets after the handshake
+            except ssl.SSLWantReadError:
+                pass
+            return ours, theirs
+    raise TLSSafetyError("a TLS handshake in memory did not complete")
 
 
 def server_context(cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes | None) -> ssl.SSLContext:
-    """A server context; with `client_ca_pem`, a client certificate issued by that CA is required."""
+    """A server context that never resumes a session; with `client_ca_pem`, a client certificate issued by that CA
+    is required. ValueError when the certificates do not load, TLSSafetyError when resumption cannot be ruled out."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _harden(ctx)
     # The certificate is sent with the chain loaded with it (none when the CA signs it directly), as it is.
@@ -136,16 +234,7 @@ def server_context(cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes | None)
     except ssl.SSLError as exc:
         raise ValueError(f"the server certificate and key do not load ({exc.reason}); check that the key "
                          "belongs to the certificate and both are PEM") from None
-    # No TLS 1.3 session tickets (nor TLS 1.2 ones): the peers' clients do not resume, and a resumed session
-    # would skip the check of the client certificate against a CA that may have been rotated since. Each ticket
-    # also costs OpenSSL a copy of the session with the client certificate decoded again, the largest single
-    # cost of a full handshake after the signatures.
-    ctx.num_tickets = 0
-    ctx.options |= ssl.OP_NO_TICKET
-    # Nor TLS 1.2 resumption by session ID, for the same reason: Python's ssl gives server contexts a session ID
-    # context, so OpenSSL would cache every session (with the client certificate) for five minutes and let a
-    # client resume one without presenting its certificate again, expired or not.
-    disable_session_cache(ctx)
+    _never_resume(ctx)
     ctx.sslobject_class = LeanSSLObject
     if client_ca_pem is not None:
         ctx.verify_mode = ssl.CERT_REQUIRED
@@ -202,8 +291,10 @@ class TLSAcceptor:
     with whatever context is current when the connection arrives, then becomes the transport of an HTTP protocol
     made by `make_protocol`.
 
-    `admit(transport)` decides after the handshake (client cert fingerprint, per-peer limits): False refuses,
-    anything else is handed to `on_connect(protocol, admitted)`; `count_failure(reason)` counts refusals.
+    `admit(transport)` decides after the handshake (client cert fingerprint, per-peer limits): False refuses (the
+    connection is aborted), bytes refuse with that answer (written at once, then the connection is closed, so a
+    client learns why however long it would have waited to send a request), anything else is handed to
+    `on_connect(protocol, admitted)`; `count_failure(reason)` counts refusals.
     """
 
     def __init__(self, *, name: str, context: Callable[[], ssl.SSLContext | None], make_protocol: Callable,
@@ -247,6 +338,10 @@ class TLSAcceptor:
         admitted = self._admit(stream)
         if admitted is False:
             stream.abort()
+            return
+        if isinstance(admitted, bytes):
+            stream.write(admitted)
+            stream.close()
             return
         proto = self._make_protocol()
         stream.set_protocol(proto)

@@ -39,6 +39,12 @@ class _Pushed:
         return self.value
 
 
+def _refusal(error: list) -> Refusal:
+    """The Refusal the parent answered: [code, reason, message] and, where it has one, its Retry-After."""
+    code, reason, message, *rest = error
+    return Refusal(code, reason, message, retry_after=rest[0] if rest else None)
+
+
 class ForwardingHandlers:
     """The control loop's handlers as a worker sees them: peer calls go to the parent over its Unix socket; so do
     token exchanges (`exchange`, the call of the worker's own `ExchangeCache`)."""
@@ -59,7 +65,7 @@ class ForwardingHandlers:
         async with self._parent().post("http://parent" + PEER_CALL_PATH, json=payload) as resp:
             answer = await resp.json()
         if "error" in answer:
-            raise Refusal(*answer["error"])
+            raise _refusal(answer["error"])
         return answer["ok"]
 
     async def exchange(self, connector_id: str, token: str) -> tuple[str, float]:
@@ -73,8 +79,7 @@ class ForwardingHandlers:
             raise Refusal(503, reasons.TOKEN_EXCHANGE_UNAVAILABLE, "the gateway's main process did not answer the "
                           f"token exchange ({type(exc).__name__}); it is retried on the next request") from None
         if "error" in answer:
-            code, reason, message, *rest = answer["error"]
-            raise Refusal(code, reason, message, retry_after=rest[0] if rest else None)
+            raise _refusal(answer["error"])
         return answer["ok"], float(answer["ttl"])
 
     async def join(self, call: JoinCall) -> dict:  # pragma: no cover - workers do not serve the join listener

@@ -290,7 +290,7 @@ class WorkerPool:
         try:
             answer = await self.handlers.peer_call(PeerCall(peer=peer, op=payload["op"], body=payload.get("body")))
         except Refusal as err:
-            return web.json_response({"error": [err.code, err.reason, err.message]})
+            return web.json_response({"error": [err.code, err.reason, err.message, err.retry_after]})
         return web.Response(body=json.dumps({"ok": answer}).encode(), content_type="application/json")
 
     async def _exchange_call(self, request: web.Request) -> web.Response:

@@ -704,6 +704,15 @@ class LabCluster:
             out.append(config(PEERING, {"enabled": True}))
         return out
 
+    def kubernetes_version(self) -> str:
+        """The Kubernetes version the cluster's API server reports, as Deckhouse puts it in
+        global.discovery.kubernetesVersion (what the chart's version-dependent objects follow)."""
+        if self.control_plane is not None:
+            return self.control_plane.binaries.kube_version.removeprefix("v")
+        from lab.apiserver.discovery import KUBE_VERSION
+
+        return KUBE_VERSION["gitVersion"].removeprefix("v")
+
     # --- files ---
 
     def _write_trust(self) -> None:

@@ -318,7 +318,7 @@ class ModuleManager:
             settings, public_domain_template=modules.get("publicDomainTemplate") or self.cluster.public_domain_template,
             cluster_uuid=self.cluster.uuid, https=modules.get("https"),
             enabled_modules=sorted(self.enabled | {PEERING} | set(self.other_modules)),
-            high_availability=len(self.cluster.replicas) > 1)
+            high_availability=len(self.cluster.replicas) > 1, kubernetes_version=self.cluster.kubernetes_version())
 
     def _served(self, objs: list[dict]) -> list[dict]:
         served = [o for o in objs if self.api.registry.by_kind(o["apiVersion"], o["kind"]) is not None]

@@ -1,6 +1,9 @@
 """`POST /v1/join`: the inviting side redeems a connection string (DESIGN.md §4).
 
-Order: the request's shape (`rules.join.parse_join_request`), the invite found by token ID in the cache, then the
+Order: when the gateway says the attempt's token ID is over its limit of refused joins (`JoinCall.token_limited`),
+the token checked against the cache first (`rules.invite.token_matches`, constant time, no API read: only a token
+that verifies goes on, anything else is 429 TooManyAttempts); the request's shape
+(`rules.join.parse_join_request`), the invite found by token ID in the cache, then the
 decision on a fresh read (`rules.invite.redeem`: constant time, unknown and wrong tokens alike), the claimed cluster
 UUID (never ours, never one another live ClusterPeer stands for: ClusterUUIDInUse), then marking the token used and
 recording the redeemer (its cluster UUID and key fingerprint) in one status write with a resourceVersion
@@ -70,17 +73,35 @@ class JoinHandler:
 
     def _find(self, token_id: str) -> str | None:
         """The name of the Invite ClusterPeer whose current invite has this token ID (from the cache)."""
+        return self._cached_invite(token_id)[0]
+
+    def _cached_invite(self, token_id: str) -> tuple[str | None, dict | None]:
+        """The Invite ClusterPeer whose current invite has this token ID, and that status.invite (from the cache)."""
         for cp in self.clusterpeers.items():
             if (cp.get("spec") or {}).get("type") != "Invite":
                 continue
             inv = (cp.get("status") or {}).get("invite") or {}
             if inv.get("tokenID") == token_id:
-                return (cp.get("metadata") or {}).get("name")
-        return None
+                return (cp.get("metadata") or {}).get("name"), inv
+        return None, None
+
+    def _token_verifies(self, body) -> bool:
+        """Whether the body's token is an Invite's current token, from the cache (no API read): constant time, an
+        unknown token ID hashed and compared like a known one (`invite.token_matches`)."""
+        token = body.get("token") if isinstance(body, dict) else None
+        parts = invite_rules.split_token(token) if isinstance(token, str) else None
+        stored = self._cached_invite(parts[0])[1] if parts else None
+        return invite_rules.token_matches(stored, token)
 
     async def __call__(self, call: JoinCall) -> dict:
+        if call.token_limited and not self._token_verifies(call.body):
+            # Guesses at a token ID that failed too often: refused before any parsing or API read. The token's
+            # holder is not (its token verifies), so nobody can stall a join by guessing at its public token ID.
+            log.info("join refused", extra={"remote": call.remote, "reason": reasons.TOO_MANY_ATTEMPTS})
+            raise Refusal(429, reasons.TOO_MANY_ATTEMPTS, "too many refused join attempts for this connection "
+                          "string's token in a minute; wait a minute and check the connection string")
         try:
-            req = join_rules.parse_join_request(call.body)
+            req = join_rules.parse_join_request(call.body, now=self.ctx.clock.now())
         except join_rules.JoinError as exc:
             raise _refuse(exc.reason, exc.message) from None
         own_uuid = self.ctx.cluster_uuid()

@@ -4,23 +4,27 @@
 - `notify` (POST): the peer's offer changed; pull it now;
 - `credentials` (POST): the joiner delivers the certificate its CA issued for our key (idempotent);
 - `certificate` (POST): the peer renews its client certificate with a CSR for the same key.
+
+Each reads the informers' caches, not the API: a peer may call as often as the gateway's bound per peer lets it
+(gateway/peercalls.py), and the module shares its API budget with its own control loop. An answer that changes
+nothing (an offer, a renewal answered again, a delivery made before) costs the API server nothing; a write carries
+the cached resourceVersion and is read again from the API only when it meets a newer one. The offer stays as
+fresh as a read of the API was: the reconciler notifies the peer right after it writes a new offer, and until this
+process's watch has delivered that write the status it wrote (`Context.written_status`) is served instead.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Callable
 
-import aiohttp
-
 from contract import reasons
-from contract.names import CA_SECRET
+from contract.names import CA_SECRET, MANAGED_BY_SELECTOR, peer_secret_name
 from gateway.protocol import PeerCall
 from contract.errors import Refusal
 
 from control import pki
-from control.kube import CLUSTERPEERS, SECRETS, ApiError
+from control.kube import CLUSTERPEERS, SECRETS
 from control.peer_secret import PeeringGone, update_peer_secret
 from control.rules import credentials as creds
 from control.rules import join as join_rules
@@ -51,6 +55,8 @@ class PeerHandlers:
         self.kube = ctx.kube
         self.namespace = ctx.namespace
         self.pull_now = pull_now
+        self.clusterpeers = ctx.informers.get(CLUSTERPEERS)
+        self.secrets = ctx.informers.get(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY_SELECTOR)
 
     def register(self) -> None:
         h = self.ctx.handlers
@@ -60,18 +66,7 @@ class PeerHandlers:
         h.add_peer_op("certificate", self.certificate)
 
     async def offer(self, call: PeerCall) -> dict:
-        # Read from the API, not from the informer: the reconciler notifies the peer right after writing a new
-        # offer, and the pull that follows can arrive before this process's watch has delivered that write, which
-        # would hand the peer the old offer with no later notify to correct it.
-        try:
-            cp = await self.kube.get_or_none(CLUSTERPEERS, call.peer.name)
-        except ApiError as exc:
-            raise Refusal(503, reasons.NOT_READY, f"this cluster cannot read its offer right now ({exc.reason}); "
-                                "retry later") from None
-        except (aiohttp.ClientError, asyncio.TimeoutError):
-            raise Refusal(503, reasons.NOT_READY, "this cluster cannot reach its API server right now; retry later"
-                                ) from None
-        offer = ((cp or {}).get("status") or {}).get("offer")
+        offer = self.ctx.current_status(self.clusterpeers.get(call.peer.name)).get("offer")
         if not isinstance(offer, dict):
             raise Refusal(503, reasons.NOT_READY, "the offer of this peering is not computed yet; retry later")
         return join_rules.offer_message(call.peer.name, offer)
@@ -81,9 +76,12 @@ class PeerHandlers:
         return {}
 
     async def _update_secret(self, name: str, change: Callable[[dict[str, str]], dict[str, str] | None]) -> dict:
-        """Read the peer Secret, apply `change` to its values and write it with the read resourceVersion."""
+        """Apply `change` to the peer Secret's values, from the cache first, and write it with the resourceVersion
+        read (`update_peer_secret`)."""
+        def cached() -> tuple[dict | None, dict | None]:
+            return self.clusterpeers.get(name), self.secrets.get(peer_secret_name(name), self.namespace)
         try:
-            values = await update_peer_secret(self.kube, self.namespace, name, change)
+            values = await update_peer_secret(self.kube, self.namespace, name, change, cached=cached)
         except PeeringGone:
             raise Refusal(403, reasons.PEER_UNKNOWN, "this peering no longer exists here") from None
         if values is None:
@@ -99,7 +97,7 @@ class PeerHandlers:
             key_fp = pki.public_key_fingerprint(pki.csr_for_key(values["client.key"], own_uuid))
             try:
                 cert = join_rules.check_credentials(call.body, own_key_fingerprint=key_fp, own_uuid=own_uuid,
-                                                    peer_ca_pem=values["peer-ca.crt"])
+                                                    peer_ca_pem=values["peer-ca.crt"], now=self.ctx.clock.now())
             except join_rules.JoinError as exc:
                 raise _bad(exc) from None
             if values.get("client.crt") == cert:
@@ -116,10 +114,9 @@ class PeerHandlers:
             csr = join_rules.parse_certificate_request(call.body)
         except join_rules.JoinError as exc:
             raise _bad(exc) from None
-        ca_values = creds.secret_values(await self.kube.get_or_none(SECRETS, CA_SECRET, self.namespace))
-        if not ca_values.get("tls.crt") or not ca_values.get("tls.key"):
+        ca = creds.cluster_ca(self.secrets.get(CA_SECRET, self.namespace))
+        if ca is None:
             raise Refusal(503, reasons.NOT_READY, "the peering CA is not available; retry later")
-        ca = pki.CertAndKey(ca_values["tls.crt"], ca_values["tls.key"])
         now = self.ctx.clock.now()
         issued: list[str] = []
         fresh: list[bool] = []

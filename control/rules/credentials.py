@@ -82,6 +82,14 @@ def made_with_other_ca(status: dict, ca_pem: str) -> bool:
         return True
 
 
+def cluster_ca(ca_secret: dict | None) -> pki.CertAndKey | None:
+    """The peering CA from its Secret, or None while the certificates reconciler has not created it."""
+    values = secret_values(ca_secret)
+    if not values.get("tls.crt") or not values.get("tls.key"):
+        return None
+    return pki.CertAndKey(values["tls.crt"], values["tls.key"])
+
+
 def redeemer(values: dict[str, str]):
     """Who redeemed the invite, from the Secret (peer-uuid and the key of issued.crt), or None before a join."""
     from control.rules.invite import Redeemer  # the invite rules own the type

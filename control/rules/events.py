@@ -28,6 +28,7 @@ DUE = "due for renewal"
 EFFECTIVE_CAPABILITIES = "EffectiveCapabilities"
 PAIRED = "Paired"
 PEER_UNREACHABLE = "PeerUnreachable"
+CONNECTION_STRING_COPY_REMOVED = "ConnectionStringCopyRemoved"
 
 #: Reasons of a condition that is not True yet but on its way there: an Event of these is Normal.
 PROGRESS = frozenset({cond.INVITE_PENDING, cond.INVITE_EXPIRED, cond.JOINING, cond.CREDENTIALS_PENDING,
@@ -210,3 +211,13 @@ def projectpeer_events(old: dict | None, new: dict) -> list[EventSpec]:
             message = f"{message} again, after {old.get('reason') or PEER_UNREACHABLE}"
         return [EventSpec(NORMAL, PAIRED, "Pair", message)]
     return [EventSpec(WARNING, reason or PEER_UNREACHABLE, "Pair", message)]
+
+
+def connection_string_copy_removed(keys: list[str]) -> EventSpec:
+    """The module removed annotations of a ClusterPeer that held its connection string (their keys, never a
+    value): what to use instead, and what to do if others may have read it meanwhile."""
+    return EventSpec(WARNING, CONNECTION_STRING_COPY_REMOVED, "Sanitize", (
+        f"the annotation {', '.join(keys)} held a copy of the connection string, which anyone who may read "
+        "ClusterPeers can read; it was removed. Create a Join ClusterPeer with `d8 k create -f` or `d8 k apply "
+        "--server-side -f`, which keep no copy. If the string was not used yet and others may have read it, "
+        "ask the inviting cluster for a new one"))

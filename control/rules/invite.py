@@ -283,6 +283,21 @@ _INVALID = Redemption(
 )
 
 
+def token_matches(stored_invite: dict | None, presented_token: str) -> bool:
+    """Whether `presented_token` is the token of `stored_invite` (a status.invite, None when its token ID is
+    unknown): ID and secret, compared in constant time, and hashed and compared even when nothing is stored, so
+    neither the answer nor its timing tells an unknown token ID from a wrong secret."""
+    parts = split_token(presented_token)
+    presented_id, presented_secret = parts if parts else ("", "")
+    presented_hash = token_hash(presented_secret)
+    stored = stored_invite or {}
+    stored_id = str(stored.get("tokenID") or "")
+    stored_hash = str(stored.get("tokenHash") or "")
+    id_ok = hmac.compare_digest(presented_id.encode(), stored_id.encode())
+    hash_ok = hmac.compare_digest(presented_hash.encode(), (stored_hash or "-" * 64).encode())
+    return bool(parts and stored_id and stored_hash and id_ok and hash_ok)
+
+
 def redeem(
     stored_invite: dict | None,
     presented_token: str,
@@ -302,17 +317,9 @@ def redeem(
     `peer-<clusterpeer>` names. Whatever a crash left behind, the token counts as taken: the same cluster and key
     are answered again, anyone else gets TokenUsed.
     """
-    parts = split_token(presented_token)
-    presented_id, presented_secret = parts if parts else ("", "")
-    # Hash and compare even when nothing is stored, so timing does not tell unknown IDs from wrong secrets.
-    presented_hash = token_hash(presented_secret)
-    stored = stored_invite or {}
-    stored_id = str(stored.get("tokenID") or "")
-    stored_hash = str(stored.get("tokenHash") or "")
-    id_ok = hmac.compare_digest(presented_id.encode(), stored_id.encode())
-    hash_ok = hmac.compare_digest(presented_hash.encode(), (stored_hash or "-" * 64).encode())
-    if not (parts and stored_id and stored_hash and id_ok and hash_ok):
+    if not token_matches(stored_invite, presented_token):
         return _INVALID
+    stored = stored_invite or {}
     if stored.get("used") is True or redeemed_by is not None:
         if (
             redeemed_by is not None

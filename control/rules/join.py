@@ -12,10 +12,11 @@ import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from contract import reasons
 from contract.errors import InputError
-from control import pki
+from control import peertrust, pki
 from control.connstring import Invitation
 from control.rules.offer import validate_offer
 
@@ -166,8 +167,9 @@ def _str(body: dict, key: str, limit: int) -> str:
     return value
 
 
-def parse_join_request(body) -> JoinRequest:
-    """Check the shape of a join request; token checks are `invite.redeem`'s, after this."""
+def parse_join_request(body, *, now: datetime) -> JoinRequest:
+    """Check the shape of a join request; token checks are `invite.redeem`'s, after this. The joiner's CA bundle
+    must be exactly its one peering CA (`peertrust.peer_ca`), and only that certificate is kept."""
     if not isinstance(body, dict):
         raise JoinError(reasons.MALFORMED, "the join request is not a JSON object")
     token = _str(body, "token", 300)
@@ -180,7 +182,7 @@ def parse_join_request(body) -> JoinRequest:
     ca_pem = _str(body, "caBundle", MAX_PEM)
     csr_pem = _str(body, "csr", MAX_PEM)
     try:
-        pki.load_certs(ca_pem)
+        ca_pem = peertrust.peer_ca(ca_pem, now=now)
         pki.load_csr(csr_pem)
         key_fp = pki.public_key_fingerprint(csr_pem)
     except pki.PKIError as exc:
@@ -218,9 +220,12 @@ class JoinAnswer:
     offer: dict
 
 
-def check_join_answer(body, inv: Invitation, *, own_uuid: str, own_key_fingerprint: str) -> JoinAnswer:
-    """Trust the answer only if its CA matches the pin of the connection string, and the certificate is the one
-    A's CA issued for our key and our UUID. PinMismatch means the endpoint is not the cluster that invited."""
+def check_join_answer(body, inv: Invitation, *, own_uuid: str, own_key_fingerprint: str,
+                      now: datetime) -> JoinAnswer:
+    """Trust the answer only if its CA bundle is exactly the one CA the connection string pins (self-signed, a CA,
+    valid at `now`: `peertrust.pinned_ca`), and the certificate is the one that CA issued for our key and our UUID,
+    by X.509 path validation. PinMismatch means the endpoint is not the cluster that invited. The answer keeps
+    only that CA certificate and that client certificate: nothing else of the bundle is ever trusted."""
     if not isinstance(body, dict):
         raise JoinError(INVALID_ANSWER, "the join answer is not a JSON object; the join endpoint is not a peering module")
     try:
@@ -229,12 +234,15 @@ def check_join_answer(body, inv: Invitation, *, own_uuid: str, own_key_fingerpri
         alias = _str(body, "alias", MAX_ALIAS)
     except JoinError as exc:
         raise JoinError(INVALID_ANSWER, exc.message.replace("join request", "join answer")) from None
-    if not pki.verify_pin(fields["caBundle"], inv.ca_pin):
+    try:
+        ca_pem = peertrust.pinned_ca(fields["caBundle"], inv.ca_pin, now=now)
+    except pki.PKIError as exc:
         raise JoinError(
             PIN_MISMATCH,
-            "the CA in the join answer does not match the pin of the connection string: the endpoint is not the "
-            "cluster that issued it, or the string was altered; get a new connection string over a secure channel",
-        )
+            f"the CA in the join answer is not the one the connection string pins ({exc.message}): the endpoint is "
+            "not the cluster that issued it, or the string was altered; get a new connection string over a secure "
+            "channel",
+        ) from None
     if fields["clusterUUID"] != inv.cluster_uuid:
         raise JoinError(
             INVALID_ANSWER,
@@ -244,27 +252,35 @@ def check_join_answer(body, inv: Invitation, *, own_uuid: str, own_key_fingerpri
     entrance = host_problem(fields["entrance"], "entrance")
     if entrance is not None:
         raise JoinError(INVALID_ANSWER, f"the join answer's {entrance}")
-    cert = fields["certificate"]
     try:
-        ok = (
-            pki.issued_by(cert, fields["caBundle"])
-            and pki.public_key_fingerprint(cert) == own_key_fingerprint
-            and pki.common_name(cert) == own_uuid[:64]
-        )
         pki.load_csr(fields["csr"])
     except pki.PKIError as exc:
-        raise JoinError(INVALID_ANSWER, f"the join answer carries an unusable certificate or CSR: {exc.message}") from None
-    if not ok:
-        raise JoinError(
-            INVALID_ANSWER,
-            "the client certificate in the join answer was not issued by the pinned CA for this cluster's key",
-        )
+        raise JoinError(INVALID_ANSWER, f"the join answer carries an unusable CSR: {exc.message}") from None
+    try:
+        cert = _our_certificate(fields["certificate"], ca_pem, own_key_fingerprint, own_uuid, now)
+    except JoinError as exc:
+        raise JoinError(INVALID_ANSWER, f"the client certificate in the join answer {exc.message}") from None
     check = validate_offer(body.get("offer"))
     if not check.ok:
         raise JoinError(check.reason, check.message)
-    return JoinAnswer(
-        fields["clusterUUID"], alias, fields["entrance"], fields["caBundle"], cert, fields["csr"], body["offer"]
-    )
+    return JoinAnswer(fields["clusterUUID"], alias, fields["entrance"], ca_pem, cert, fields["csr"], body["offer"])
+
+
+def _our_certificate(cert_pem: str, ca_pem: str, own_key_fingerprint: str, own_uuid: str, now: datetime) -> str:
+    """The one certificate of `cert_pem`, checked to chain to the peer's one CA (`peertrust.verify_client_cert`: X.509
+    path validation at `now`) and to be for our key and our UUID; JoinError whose message completes "the
+    certificate ...". `ca_pem` that is not exactly one peering CA (a Secret written before the bundle was checked)
+    is refused too."""
+    try:
+        peertrust.peer_ca(ca_pem, now=now)
+        cert = peertrust.verify_client_cert(cert_pem, ca_pem, now=now)
+        ours = pki.public_key_fingerprint(cert) == own_key_fingerprint and pki.common_name(cert) == own_uuid[:64]
+    except pki.PKIError as exc:
+        raise JoinError(reasons.MALFORMED, f"was not issued by the peer's CA: {exc.message}") from None
+    if not ours:
+        raise JoinError(reasons.MALFORMED, "was issued by the peer's CA for another key or cluster UUID than this "
+                                           "cluster's")
+    return cert
 
 
 def join_failure(status_code: int | None, body) -> tuple[str, str]:
@@ -315,22 +331,16 @@ def credentials_message(certificate_pem: str) -> dict:
     return {"certificate": certificate_pem}
 
 
-def check_credentials(body, *, own_key_fingerprint: str, own_uuid: str, peer_ca_pem: str) -> str:
-    """The delivered client certificate, checked to be the peer CA's certificate for our key and UUID."""
+def check_credentials(body, *, own_key_fingerprint: str, own_uuid: str, peer_ca_pem: str, now: datetime) -> str:
+    """The delivered (or renewed) client certificate, checked to be the peer's one CA's certificate for our key
+    and UUID, valid at `now`; only that one certificate is returned to be stored."""
     cert = body.get("certificate") if isinstance(body, dict) else None
     if not isinstance(cert, str) or len(cert) > MAX_PEM:
         raise JoinError(reasons.MALFORMED, "the credentials message has no certificate")
     try:
-        ok = (
-            pki.issued_by(cert, peer_ca_pem)
-            and pki.public_key_fingerprint(cert) == own_key_fingerprint
-            and pki.common_name(cert) == own_uuid[:64]
-        )
-    except pki.PKIError as exc:
-        raise JoinError(reasons.MALFORMED, f"the delivered certificate cannot be read: {exc.message}") from None
-    if not ok:
-        raise JoinError(reasons.MALFORMED, "the delivered certificate was not issued by the peer's CA for this cluster's key")
-    return cert
+        return _our_certificate(cert, peer_ca_pem, own_key_fingerprint, own_uuid, now)
+    except JoinError as exc:
+        raise JoinError(reasons.MALFORMED, f"the delivered certificate {exc.message}") from None
 
 
 def certificate_request(csr_pem: str) -> dict:

@@ -93,13 +93,28 @@ class Checks:
         self.until(want, f"{k.prompt} kubectl get clusterpeer {name} -o json", probe, timeout)
         return holder["obj"]
 
-    def apply_join(self, name: str, connection_string: str, capabilities: list[str] | None = None) -> None:
-        """`b$ kubectl apply` a Join ClusterPeer; the one-time string is shown shortened, applied in full."""
+    def create_join(self, name: str, connection_string: str, capabilities: list[str] | None = None) -> None:
+        """`b$ kubectl create` a Join ClusterPeer; the one-time string is shown shortened, sent in full. Created,
+        not applied: kubectl's client-side apply would copy the string into the annotation
+        kubectl.kubernetes.io/last-applied-configuration, which every reader of ClusterPeers can read (and the
+        module's admission policy refuses it, or strips it where the API server serves MutatingAdmissionPolicy)."""
         shown = join_manifest(name, shorten(connection_string), capabilities)
-        self.out(f"b$ kubectl apply -f - <<EOF\n{shown.rstrip()}\nEOF")
-        done = self.b.ok(self.step, "apply", "-f", "-", stdin=join_manifest(name, connection_string, capabilities),
+        self.out(f"b$ kubectl create -f - <<EOF\n{shown.rstrip()}\nEOF")
+        done = self.b.ok(self.step, "create", "-f", "-", stdin=join_manifest(name, connection_string, capabilities),
                          show=False)
         self.out(done.stdout.rstrip())
+
+    def expect_no_copy(self, name: str, connection_string: str) -> None:
+        """b's ClusterPeer `name`, as b's admin reads it, holds the string in spec.join.connectionString only: no
+        annotation, managed field or status copies it (docs/guide-scenario.md, step 2)."""
+        obj = self.b.get_json(self.step, "clusterpeer", name)
+        rest = json.loads(json.dumps(obj))
+        rest.get("spec", {}).get("join", {}).pop("connectionString", None)
+        if connection_string in json.dumps(rest):
+            found = [k for k in ("metadata", "status") if connection_string in json.dumps(rest.get(k))]
+            raise StepFailed(self.step, f"b$ kubectl get clusterpeer {name} -o json",
+                             "the connection string in spec.join.connectionString only",
+                             f"a copy in {', '.join(found) or 'the object'}")
 
     def show_ready_message(self, k: Kubectl, name: str) -> None:
         k.ok(self.step, "get", "clusterpeer", name, "-o",

@@ -56,7 +56,8 @@ class Story(Checks):
     def step2_join(self, name: str = "cluster-a", inviter: str = "cluster-b") -> None:
         self.title("2", "Cluster b joins with the connection string")
         self.say("the string travels to b's administrator over a secure channel")
-        self.apply_join(name, self.connection_string)
+        self.create_join(name, self.connection_string)
+        self.expect_no_copy(name, self.connection_string)
         self.wait_peer(self.b, name, "Active", "True")
         self.wait_peer(self.a, inviter, "Active", "True")
         self.expect_row(self.b, ("get", "clusterpeers"), name, PHASE="Active", READY="True")
@@ -225,7 +226,7 @@ class Story(Checks):
             self.a.ok(self.step, "delete", "clusterpeer", a_peer)
         self.a.ok(self.step, "apply", "-f", "-", stdin=invite_manifest(a_peer, capabilities=[CAPABILITY]))
         self.connection_string = self.read_connection_string(a_peer)
-        self.apply_join(b_peer, self.connection_string, [CAPABILITY])
+        self.create_join(b_peer, self.connection_string, [CAPABILITY])
         for k, name in ((self.b, b_peer), (self.a, a_peer)):
             def effective(k: Kubectl = k, name: str = name) -> tuple[bool, str]:
                 obj = k.get_optional("clusterpeer", name)
@@ -292,16 +293,16 @@ class Story(Checks):
         self.title("J", "Connection strings that cannot be used")
         self.say("a string past its expiry")
         expired = expired_copy(self.connection_string)
-        self.apply_join("stale", expired)
+        self.create_join("stale", expired)
         self.report_refusal("stale", "Expired")
         self.say("the string b already used, again")
-        self.apply_join("again", self.connection_string)
+        self.create_join("again", self.connection_string)
         self.report_refusal("again", "TokenUsed")
         self.say("a string a issued for another cluster only")
         self.a.ok(self.step, "apply", "-f", "-",
                   stdin=invite_manifest("cluster-c", expected_cluster_uuid=str(uuid.uuid4())))
         other = self.read_connection_string("cluster-c")
-        self.apply_join("for-c", other)
+        self.create_join("for-c", other)
         self.report_refusal("for-c", "ClusterNotExpected")
         reasons = {"stale": "Expired", "again": "TokenUsed", "for-c": "ClusterNotExpected"}
         self.expect_rows(self.b, ("get", "clusterpeers", *reasons, "-o", "custom-columns=NAME:.metadata.name,"

@@ -46,8 +46,8 @@ def test_every_rendered_object_is_valid_kubernetes(chart, https: str, entrance: 
     optional = modules == "with-optional"
     expected = sorted(
         ["Namespace", "ConfigMap", "ServiceAccount", "Deployment", "Service", "Service", "Service", "Ingress",
-         "PodDisruptionBudget", "NetworkPolicy", "DexClient", "ValidatingAdmissionPolicy",
-         "ValidatingAdmissionPolicyBinding"]
+         "PodDisruptionBudget", "NetworkPolicy", "DexClient"]
+        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
         + ["ClusterRole"] * 7 + ["ClusterRoleBinding"] * 2 + ["Role"] * 2 + ["RoleBinding"] * 2
         + (["Certificate"] if https == "CertManager" else ["Secret"])
         + (["Ingress"] if entrance == "IngressNginxPassthrough" else [])
@@ -375,12 +375,15 @@ def test_the_dex_client_is_the_one_the_process_reads(chart) -> None:
 
 
 def test_every_object_carries_the_module_labels_and_lives_where_it_should(chart) -> None:
-    objs = objects(chart, values(ENTRANCE["IngressNginxPassthrough"], enabled_modules=BASE_MODULES + OPTIONAL))
+    objs = objects(chart, values(ENTRANCE["IngressNginxPassthrough"], enabled_modules=BASE_MODULES + OPTIONAL,
+                                 kubernetes_version="1.37.2"))
+    assert "MutatingAdmissionPolicy" in {o["kind"] for o in objs}
     for obj in objs:
         labels = obj["metadata"].get("labels", {})
         assert (labels.get("heritage"), labels.get("module")) == ("deckhouse", "peering"), obj["metadata"]["name"]
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
-                      "ValidatingAdmissionPolicyBinding", "GrafanaDashboardDefinition"}
+                      "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
+                      "GrafanaDashboardDefinition"}
     where = {(o["kind"], o["metadata"]["name"]): o["metadata"].get("namespace") for o in objs
              if o["kind"] not in cluster_scoped}
     assert {k: ns for k, ns in where.items() if ns != NAMESPACE} == {

@@ -137,8 +137,10 @@ def test_pin_matches_only_its_ca(ca, other_ca):
     assert not pki.verify_pin(other_ca.cert_pem, pin)
     assert not pki.verify_pin("garbage", pin)
     assert not pki.verify_pin(ca.cert_pem, "sha256:" + "0" * 64)
-    # A bundle matches when any of its certificates does.
-    assert pki.verify_pin(other_ca.cert_pem + ca.cert_pem, pin)
+    # A bundle matches only when it is exactly the pinned certificate: one more certificate is trust nobody pinned.
+    assert not pki.verify_pin(other_ca.cert_pem + ca.cert_pem, pin)
+    assert not pki.verify_pin(ca.cert_pem + other_ca.cert_pem, pin)
+    assert not pki.verify_pin(ca.cert_pem + ca.cert_pem, pin)
 
 
 def test_pin_is_the_spki_hash_kubeadm_uses(ca):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import uuid
 
+import aiohttp
 import pytest
 import pytest_asyncio
 
@@ -20,7 +22,7 @@ from control.informers import Informers
 from gateway.protocol import JoinCall
 from contract.errors import Refusal
 from lab.testing import apiserver_backends, lab_clusters
-from peering_lab import (clusterpeer, connection_string, create_invite, create_join, fast_peering_command,
+from peering_lab import (GROUP, clusterpeer, connection_string, create_invite, create_join, fast_peering_command,
                                    ready, ready_message, until, until_equal)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -109,6 +111,34 @@ async def test_truncated_string_ends_in_malformed(lab):
     assert "copy it again" in message
 
 
+def join_body(inv: connstring.Invitation, alias: str) -> dict:
+    """A join with `inv`'s token from a new cluster (its own UUID, CA and key), named `alias`."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    joiner = str(uuid.uuid4())
+    return join_rules.join_request(inv, cluster_uuid=joiner, alias=alias, entrance=f"peering-gateway.{alias}.lab",
+                                   ca_pem=pki.create_ca(joiner, now=now).cert_pem,
+                                   csr_pem=pki.make_key_and_csr(joiner).cert_pem, offer={})
+
+
+@contextlib.asynccontextmanager
+async def join_handler(cluster, inv: connstring.Invitation):
+    """The join handler of `cluster` as every replica runs it (its own session and synced caches, holding `inv`'s
+    invite), and its API session."""
+    kube = await KubeSession.connect(str(cluster.path("kubeconfig")))
+    informers = Informers(kube)
+    ctx = Context(Settings(public_domain_template=f"%s.{cluster.name}.lab"), kube, informers, Handlers())
+    handler = JoinHandler(ctx)
+    ctx.cluster_uuid_informer()
+    informers.start()
+    try:
+        await informers.wait_synced()
+        await until(lambda: handler._find(inv.token_id), what="the invite in the handler's cache")
+        yield handler, kube
+    finally:
+        await informers.stop()
+        await kube.close()
+
+
 async def test_fifty_concurrent_joins_with_one_string_exactly_one_wins(lab):
     """The join handler as every replica runs it, against cluster a's API: 50 joiners (distinct clusters and keys)
     race with one string; the resourceVersion precondition lets exactly one mark it used."""
@@ -116,25 +146,8 @@ async def test_fifty_concurrent_joins_with_one_string_exactly_one_wins(lab):
     create_invite(a, "contested")
     text = await connection_string(a, "contested")
     inv = connstring.decode(text, now=datetime.datetime.now(datetime.timezone.utc))
-    settings = Settings(public_domain_template="%s.a.lab")
-    kube = await KubeSession.connect(str(a.path("kubeconfig")))
-    informers = Informers(kube)
-    ctx = Context(settings, kube, informers, Handlers())
-    handler = JoinHandler(ctx)
-    ctx.cluster_uuid_informer()
-    informers.start()
-    try:
-        await informers.wait_synced()
-        await until(lambda: handler._find(inv.token_id), what="the invite in the handler's cache")
-        now = datetime.datetime.now(datetime.timezone.utc)
-        bodies = []
-        for i in range(50):
-            joiner = str(uuid.uuid4())
-            ca = pki.create_ca(joiner, now=now)
-            csr = pki.make_key_and_csr(joiner)
-            bodies.append(join_rules.join_request(inv, cluster_uuid=joiner, alias=f"joiner-{i}",
-                                                  entrance=f"peering-gateway.j{i}.lab", ca_pem=ca.cert_pem,
-                                                  csr_pem=csr.cert_pem, offer={}))
+    async with join_handler(a, inv) as (handler, _):
+        bodies = [join_body(inv, f"joiner-{i}") for i in range(50)]
 
         async def one(body: dict):
             try:
@@ -143,9 +156,6 @@ async def test_fifty_concurrent_joins_with_one_string_exactly_one_wins(lab):
                 return err
 
         results = await asyncio.gather(*(one(b) for b in bodies))
-    finally:
-        await informers.stop()
-        await kube.close()
     won = [r for r in results if isinstance(r, dict)]
     lost = [r for r in results if isinstance(r, Refusal)]
     assert len(won) == 1, [getattr(r, "reason", "answer") for r in results]
@@ -153,3 +163,62 @@ async def test_fifty_concurrent_joins_with_one_string_exactly_one_wins(lab):
     assert clusterpeer(a, "contested")["status"]["invite"]["used"] is True
     winner = won[0]
     assert winner["clusterUUID"] == a.info()["uuid"] and pki.verify_pin(winner["caBundle"], inv.ca_pin)
+
+
+async def _guess(port: int, source: str, inv: connstring.Invitation, secret: str) -> tuple[int, str]:
+    """A well-formed join with `inv`'s token ID and a wrong `secret`, sent from the loopback address `source`
+    straight to the join listener (as from a client of its own behind a trusted Ingress)."""
+    body = join_body(dataclasses.replace(inv, token_secret=secret), "guess")
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(source, 0))) as http:
+        async with http.post(f"http://127.0.0.1:{port}/v1/join", json=body) as r:
+            return r.status, (await r.json())["reason"]
+
+
+async def test_wrong_guesses_at_the_public_token_id_never_stall_the_join(lab):
+    """A viewer of a reads status.invite.tokenID; ten wrong joins with it from ten addresses lock that token ID for
+    wrong secrets only: b, joining with the string, becomes Active at once and never shows TooManyAttempts."""
+    a, b = lab["a"], lab["b"]
+    # b peers with a already (the first test): end that peering, or a refuses b's UUID as in use.
+    for cluster, name in ((a, "to-b"), (b, "to-a")):
+        if clusterpeer(cluster, name) is not None:
+            cluster.api.delete(GROUP, "clusterpeers", name)
+    await until(lambda: clusterpeer(a, "to-b") is None and clusterpeer(b, "to-a") is None,
+                what="the earlier peering gone on both sides")
+    create_invite(a, "guessed-at")
+    text = await connection_string(a, "guessed-at")
+    inv = connstring.decode(text, now=datetime.datetime.now(datetime.timezone.utc))
+    assert clusterpeer(a, "guessed-at")["status"]["invite"]["tokenID"] == inv.token_id  # what a viewer reads
+    port = a.replicas[0].ports["join"]
+    guesses = [await _guess(port, f"127.0.0.{10 + i}", inv, f"wrong-{i}") for i in range(10)]
+    assert guesses == [(403, "TokenInvalid")] * 10
+    assert await _guess(port, "127.0.0.30", inv, "wrong-again") == (429, "TooManyAttempts")
+    create_join(b, "guessed-at", text)
+    seen: set[str] = set()
+
+    def state():
+        seen.add(ready(clusterpeer(b, "guessed-at"))[2])
+        return ready(clusterpeer(b, "guessed-at"))
+    await until_equal(state, ("Active", "True", "PeeringReady"), timeout=20)
+    assert "TooManyAttempts" not in seen
+    assert await _guess(port, "127.0.0.31", inv, "wrong-after") == (429, "TooManyAttempts")
+
+
+async def test_a_token_id_over_its_limit_is_answered_from_the_cache_alike_for_unknown_and_wrong(lab):
+    """Over the limit, a wrong secret and an unknown token ID get the same 429 without a single API read; the
+    right secret goes on to the redemption as ever."""
+    a = lab["a"]
+    create_invite(a, "limited")
+    inv = connstring.decode(await connection_string(a, "limited"), now=datetime.datetime.now(datetime.timezone.utc))
+    async with join_handler(a, inv) as (handler, kube):
+        good = join_body(inv, "j")
+        refusals = []
+        before = sum(kube.read_counts.values())
+        for token in (f"{inv.token_id}.wrong", "nosuchid.wrong", inv.token_id, 5):
+            with pytest.raises(Refusal) as err:
+                await handler(JoinCall(body={**good, "token": token}, remote="198.51.100.1", token_limited=True))
+            refusals.append((err.value.code, err.value.reason, err.value.message))
+        assert sum(kube.read_counts.values()) == before
+        assert len(set(refusals)) == 1 and refusals[0][:2] == (429, "TooManyAttempts")
+        answer = await handler(JoinCall(body=good, remote="198.51.100.2", token_limited=True))
+        assert answer["clusterUUID"] == a.info()["uuid"]
+    assert clusterpeer(a, "limited")["status"]["invite"]["used"] is True

@@ -108,7 +108,7 @@ JOIN_KEYS = ["token", "clusterUUID", "alias", "entrance", "caBundle", "csr", "of
 
 def _parse_join(body) -> None:
     try:
-        request = join_rules.parse_join_request(body)
+        request = join_rules.parse_join_request(body, now=NOW)
     except join_rules.JoinError as exc:
         _refusal(exc)
         assert exc.code in (400, 403, 409, 413)
@@ -132,7 +132,7 @@ def test_join_body_with_some_fields_replaced(data):
 
 
 def test_join_body_good():
-    assert join_rules.parse_join_request(_good_join_body()).alias == "b"
+    assert join_rules.parse_join_request(_good_join_body(), now=NOW).alias == "b"
 
 
 OFFER_KEYS = ["issuer", "projects", "capabilities", "peeringVersion"]
@@ -225,6 +225,6 @@ def test_join_answer_with_some_fields_replaced(data):
         body[key] = data.draw(json_values | st.sampled_from([CA.cert_pem, CSR, _mutate(CA.cert_pem, data)]))
     try:
         join_rules.check_join_answer(body, GOOD_INVITATION, own_uuid=B_UUID,
-                                     own_key_fingerprint=pki.public_key_fingerprint(CSR))
+                                     own_key_fingerprint=pki.public_key_fingerprint(CSR), now=NOW)
     except join_rules.JoinError as exc:
         _refusal(exc)

@@ -22,7 +22,7 @@ from gateway.resolve import OverrideResolver
 from gateway.tokenreview import REVIEW_PATH, TokenReviewer, review_audiences, reviewed_capabilities
 from gateway.tokens import KeySets, claims_expiry, unverified_claims, unverified_expiry, verify_peer_token
 
-from tests.fuzz.test_control_parsers import _good_join_body
+from tests.fuzz.test_control_parsers import NOW, _good_join_body
 from tests.gateway.support import _tls_site
 
 P256 = bytes.fromhex("06082a8648ce3d030107")  # the OID 1.2.840.10045.3.1.7 (prime256v1), DER
@@ -44,7 +44,7 @@ def test_a_csr_on_an_unknown_curve_is_an_invalid_csr():
         pki.load_csr(_csr_with_unknown_curve())
     assert caught.value.reason == "InvalidCSR"
     with pytest.raises(join_rules.JoinError) as refused:
-        join_rules.parse_join_request(dict(_good_join_body(), csr=_csr_with_unknown_curve()))
+        join_rules.parse_join_request(dict(_good_join_body(), csr=_csr_with_unknown_curve()), now=NOW)
     assert refused.value.reason == "InvalidCSR" and refused.value.code == 400
 
 
@@ -54,7 +54,7 @@ def test_a_lone_surrogate_in_a_pem_field_is_refused(field):
     body = _good_join_body()
     body[field] = body[field][:40] + "\ud800" + body[field][40:]
     with pytest.raises(join_rules.JoinError) as refused:
-        join_rules.parse_join_request(body)
+        join_rules.parse_join_request(body, now=NOW)
     assert refused.value.code == 400
     for load in (pki.load_cert, pki.load_certs):
         with pytest.raises(pki.PKIError):
@@ -86,7 +86,7 @@ def test_a_csr_or_certificate_of_an_unknown_version_is_refused():
         pki.load_csr(csr)
     assert caught.value.reason == "InvalidCSR"
     with pytest.raises(join_rules.JoinError):
-        join_rules.parse_join_request(dict(_good_join_body(), csr=csr))
+        join_rules.parse_join_request(dict(_good_join_body(), csr=csr), now=NOW)
     from datetime import datetime, timezone
 
     ca = pki.create_ca("x", now=datetime(2026, 12, 1, tzinfo=timezone.utc)).cert_pem
@@ -95,7 +95,7 @@ def test_a_csr_or_certificate_of_an_unknown_version_is_refused():
         with pytest.raises(pki.PKIError):
             load(bad_ca)
     with pytest.raises(join_rules.JoinError):
-        join_rules.parse_join_request(dict(_good_join_body(), caBundle=bad_ca))
+        join_rules.parse_join_request(dict(_good_join_body(), caBundle=bad_ca), now=NOW)
 
 
 @pytest.mark.parametrize("url", ["https://[", "https://[::1", "http://]x[", "https://[zz]/"])
@@ -107,7 +107,7 @@ def test_an_issuer_url_with_a_broken_ipv6_literal_is_refused(url):
     body = _good_join_body()
     body["offer"]["issuer"]["url"] = url
     with pytest.raises(join_rules.JoinError) as refused:
-        join_rules.parse_join_request(body)
+        join_rules.parse_join_request(body, now=NOW)
     assert refused.value.reason == "OfferInvalid"
 
 

@@ -260,12 +260,26 @@ async def test_an_egress_request_for_a_peering_the_registry_lacks_yet_waits_for_
         admit_egress(state, ClientState(), b"GET", b"/peers/nobody/api/v1/pods", fields(token))
 
 
-def test_the_registry_names_the_clusterpeers_not_live_yet(pki, issuer_key):
+def test_the_registry_names_the_clusterpeers_whose_exchange_is_under_way(pki, issuer_key):
+    """Only a ClusterPeer mid-exchange arms the wait (and keeps a connection of a certificate no live peering
+    holds): an Invite whose token was used, a Join not refused for good; never an unused Invite, for its whole
+    TTL, nor a Join that ended in Error, nor one being deleted."""
     live = registry_for(pki, issuer_key)
-    cps = [{"metadata": {"name": "joining"}},
-           {"metadata": {"name": "leaving", "deletionTimestamp": "2026-12-01T00:00:00Z"}}]
+    cps = [{"metadata": {"name": "redeemed"}, "spec": {"type": "Invite"}, "status": {"invite": {"used": True}}},
+           {"metadata": {"name": "joining"}, "spec": {"type": "Join"}, "status": {"phase": "Pending"}},
+           {"metadata": {"name": "just-made"}, "spec": {"type": "Join"}},
+           {"metadata": {"name": "unused"}, "spec": {"type": "Invite"}, "status": {"invite": {"used": False}}},
+           {"metadata": {"name": "not-issued-yet"}, "spec": {"type": "Invite"}},
+           {"metadata": {"name": "refused"}, "spec": {"type": "Join"}, "status": {"phase": "Error"}},
+           {"metadata": {"name": "leaving", "deletionTimestamp": "2026-12-01T00:00:00Z"},
+            "spec": {"type": "Join"}, "status": {"phase": "Pending"}}]
     reg = Registry.from_objects(cluster_uuid=live.cluster_uuid, clusterpeers=cps, peer_secrets=[], capabilities=[],
                                 generation=1)
-    assert reg.pending == {"joining"} and not reg.peers
+    assert reg.pending == {"redeemed", "joining", "just-made"} and not reg.peers
     import pickle
-    assert pickle.loads(pickle.dumps(reg)).pending == {"joining"}  # as the workers receive it
+    assert pickle.loads(pickle.dumps(reg)).pending == reg.pending  # as the workers receive it
+    only_unused = Registry.from_objects(cluster_uuid=live.cluster_uuid, clusterpeers=cps[3:], peer_secrets=[],
+                                        capabilities=[], generation=2)
+    assert only_unused.pending == frozenset()
+    assert not only_unused.certificate_may_come("f" * 64, 2.0) and reg.certificate_may_come("f" * 64, 2.0)
+    assert not reg.certificate_may_come("f" * 64, 0) and not reg.certificate_may_come(None, 2.0)

@@ -115,3 +115,31 @@ async def test_without_a_trusted_ingress_a_forged_header_does_not_escape_the_lim
         assert statuses == [403, 403, 403, 429, 429]
     finally:
         await gw.stop()
+
+
+async def test_guesses_at_a_token_id_from_many_addresses_never_stall_the_string_s_holder(pki, upstream, dex,
+                                                                                         handlers):
+    """The token ID is no secret (viewers read status.invite.tokenID, an Event names it): ten wrong guesses at it
+    from ten addresses lock the token ID for wrong secrets only; its holder, from an address of its own, passes
+    at once and keeps passing while the guessing goes on."""
+    cfg = gateway_config(pki, upstream, dex, join_failures_per_minute=10)
+    cfg.trusted_proxies = ("127.0.0.1",)
+    gw = Gateway(cfg, handlers)
+    await gw.start()
+    try:
+        url = f"http://127.0.0.1:{gw.join_port}/v1/join"
+        async with aiohttp.ClientSession() as http:
+            async def join(client: str, token: str) -> int:
+                async with http.post(url, json={"token": token}, headers={"X-Forwarded-For": client}) as r:
+                    return r.status
+
+            assert [await join(f"198.51.100.{i}", f"target.junk{i}") for i in range(10)] == [403] * 10
+            assert await join("198.51.100.50", "target.junk") == 429  # the limit holds for what is wrong
+            assert await join("203.0.113.7", "target.good") == 200
+            assert handlers.calls[-1].token_limited is True  # it was over the limit, and verified
+            for i in range(10):
+                assert await join(f"198.51.100.{100 + i}", f"target.junk{i}") == 429
+                assert await join("203.0.113.7", "target.good") == 200
+            assert await join("198.51.100.60", "other.junk") == 403  # another token ID is not limited
+    finally:
+        await gw.stop()

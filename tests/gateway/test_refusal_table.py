@@ -165,6 +165,14 @@ def rate_limited(listener: str, via: str) -> Drive:
     return drive
 
 
+def peer_calls_limited(listener: str, via: str) -> Drive:
+    async def drive(rig: Rig) -> tuple[int, dict]:
+        first = await get("/peering/v1/offer")(listener, via)(rig)  # the burst's one call
+        assert first[0] == 200, first
+        return await get("/peering/v1/offer")(listener, via)(rig)  # a second at once: beyond the bound
+    return drive
+
+
 def withdrawn_while_exchanging(listener: str, via: str) -> Drive:
     async def drive(rig: Rig) -> tuple[int, dict]:
         rig.dex.gate = asyncio.Event()
@@ -316,6 +324,7 @@ CASES: dict[str, dict[str, tuple[tuple[str, ...], Callable[..., Drive]]]] = {
         "egress": ((), raw(b"PUT /peers/peer/api/v1/namespaces/default/configmaps/x HTTP/1.1\r\nHost: x\r\n"
                            b"Content-Length: 2000\r\n\r\n"))},
     reasons.TOKEN_EXCHANGE_RATE_LIMITED: {"entrance": (BOTH, rate_limited)},
+    reasons.PEER_CALLS_RATE_LIMITED: {"entrance": (ONLY_AIOHTTP, peer_calls_limited)},
     reasons.REQUEST_HEADER_FIELDS_TOO_LARGE: {"entrance": (ONLY_AIOHTTP, raw(OVERSIZED_HEAD)),
                                               "egress": ((), raw(OVERSIZED_HEAD))},
     reasons.UPSTREAM_FAILED: {"entrance": (BOTH, then(lambda rig: setattr(rig.upstream, "fail_next", 5), get())),
@@ -334,7 +343,8 @@ CASES: dict[str, dict[str, tuple[tuple[str, ...], Callable[..., Drive]]]] = {
 }
 LIMITS = {reasons.REQUEST_TIMEOUT: {"request_head_timeout": 0.3},
           reasons.REQUEST_ENTITY_TOO_LARGE: {"max_body_bytes": 1000},
-          reasons.TOKEN_EXCHANGE_RATE_LIMITED: {"exchanges_per_peer_per_second": 0.001, "exchange_burst_per_peer": 1}}
+          reasons.TOKEN_EXCHANGE_RATE_LIMITED: {"exchanges_per_peer_per_second": 0.001, "exchange_burst_per_peer": 1},
+          reasons.PEER_CALLS_RATE_LIMITED: {"peer_calls_per_second": 0.001, "peer_call_burst": 1}}
 
 PARAMS = [pytest.param(reason, listener, via, id=f"{reason}-{listener}" + (f"-{via}" if via else ""))
           for reason, on in CASES.items() for listener, (paths, _) in on.items() for via in (paths or ("",))]

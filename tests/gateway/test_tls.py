@@ -123,24 +123,7 @@ def test_a_context_libssl_does_not_confirm_is_left_alone(certs, monkeypatch, cap
 
 def _python_handshake(server: ssl.SSLContext, client: ssl.SSLContext, session: ssl.SSLSession | None = None
                       ) -> tuple[ssl.SSLObject, ssl.SSLObject]:
-    si, so, ci, co = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
-    ours = server.wrap_bio(si, so, server_side=True)
-    theirs = client.wrap_bio(ci, co, server_hostname="peering-gateway.x.lab", session=session)
-    for _ in range(10):
-        for end in (theirs, ours):
-            try:
-                end.do_handshake()
-            except ssl.SSLWantReadError:
-                pass
-        si.write(co.read())
-        ci.write(so.read())
-        if not (co.pending or so.pending) and ours.version() and theirs.version():
-            try:
-                theirs.read(1)  # TLS 1.3 sends its tickets (none here) after the handshake
-            except ssl.SSLWantReadError:
-                pass
-            return ours, theirs
-    raise AssertionError("the handshake did not finish")
+    return tls.memory_handshake(server, client, session, server_hostname="peering-gateway.x.lab")
 
 
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
@@ -157,3 +140,41 @@ def test_the_entrance_never_resumes_a_session(certs, version):
     assert (ours.session_reused, second.session_reused) == (False, False)
     assert ours.getpeercert(binary_form=True)
     assert entrance.session_stats()["number"] == 0
+
+
+def test_a_session_cache_that_cannot_be_switched_off_refuses_the_context(certs, monkeypatch):
+    """Was a warning, and the context served anyway: TLS 1.2 clients could then resume a session without
+    presenting their certificate again. Now no such context is made (and so no handshake served with it)."""
+    ca, server, _ = certs
+    openssl = tls._OpenSSL()
+    monkeypatch.setattr(tls, "_OPENSSL", openssl)
+    real = openssl.get_options
+    monkeypatch.setattr(openssl, "get_options", lambda pointer: real(pointer) ^ 1)  # libssl does not confirm it
+    with pytest.raises(tls.TLSSafetyError, match="session cache .* could not be switched off"):
+        tls.server_context(server.cert_chain_pems[0].bytes(), server.private_key_pem.bytes(), ca.cert_pem.bytes())
+    with pytest.raises(ValueError):  # what reload_certificates refuses, keeping the previous certificates
+        tls.server_context(server.cert_chain_pems[0].bytes(), server.private_key_pem.bytes(), None)
+
+
+def test_the_resumption_check_passes_here_and_refuses_a_context_that_would_resume(monkeypatch):
+    monkeypatch.setattr(tls, "_RESUMPTION_REFUSED", False)
+    tls.require_no_resumption()
+    assert tls._RESUMPTION_REFUSED is True
+    # As on a platform where the settings do not hold: sessions are cached and tickets sent.
+    monkeypatch.setattr(tls, "_RESUMPTION_REFUSED", False)
+    monkeypatch.setattr(tls, "_never_resume", lambda ctx: None)
+    with pytest.raises(tls.TLSSafetyError, match="TLSv1_2 session was resumed"):
+        tls.require_no_resumption()
+
+
+async def test_a_gateway_whose_tls_could_resume_does_not_start(monkeypatch):
+    from gateway.config import GatewayConfig
+    from gateway.server import Gateway
+    from tests.gateway.support import Handlers
+
+    monkeypatch.setattr(tls, "_RESUMPTION_REFUSED", False)
+    monkeypatch.setattr(tls, "_never_resume", lambda ctx: None)
+    gw = Gateway(GatewayConfig(public_domain_template="%s.x.lab", access_log=False), Handlers())
+    with pytest.raises(tls.TLSSafetyError):
+        await gw.start()
+    assert gw.entrance_port == 0  # nothing was bound

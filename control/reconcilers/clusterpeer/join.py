@@ -108,7 +108,7 @@ class Joiner:
             return self._failed(obs, mem, values, generation, reason, message)
         try:
             checked = join_rules.check_join_answer(answer.body, inv, own_uuid=obs.own_uuid,
-                                                   own_key_fingerprint=pki.public_key_fingerprint(csr))
+                                                   own_key_fingerprint=pki.public_key_fingerprint(csr), now=obs.now)
             ours = offer_rules.own_keys_problem(checked.offer, obs.offer)
             if ours is not None:
                 raise join_rules.JoinError(join_rules.INVALID_ANSWER, ours)

@@ -66,14 +66,6 @@ class Observed:
         return invite if isinstance(invite, dict) else None
 
 
-def cluster_ca(ca_secret: dict | None) -> pki.CertAndKey | None:
-    """The peering CA from its Secret, or None while the certificates reconciler has not created it."""
-    values = creds.secret_values(ca_secret)
-    if not values.get("tls.crt") or not values.get("tls.key"):
-        return None
-    return pki.CertAndKey(values["tls.crt"], values["tls.key"])
-
-
 def observe(cp: dict, *, now: datetime.datetime, own_uuid: str, ca: pki.CertAndKey, issuer: tuple[str, str],
             peer_secret: dict | None, local_capabilities: dict[str, ValidatedCapability],
             local_projects: dict[str, list[str]], projects_absent: str | None, peering_version: str) -> Observed:

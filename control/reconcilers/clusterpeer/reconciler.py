@@ -4,11 +4,13 @@ and written only if it differs."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Iterable
 
 from contract.names import (CA_SECRET, ENTRANCE_TLS_SECRET, JOIN_TLS_SECRET, MANAGED_BY_SELECTOR, peer_secret_name,
                             provider_name)
 from control import pki
+from control import connstring
 from control.connstring import format_time
 from control.facts import Discovery, Issuer
 from control.kube import CLUSTERPEERS, NAMESPACES, PEERINGCAPABILITIES, SECRETS, Conflict, KubeSession, NotFound
@@ -16,7 +18,7 @@ from control.optional import PROJECTS, TOKENEXCHANGEPROVIDERS
 from control.peerclient import PeerClient
 from control.reconcilers.clusterpeer import invite as invite_phase
 from control.reconcilers.clusterpeer.join import Joiner
-from control.reconcilers.clusterpeer.observe import MAX_REQUEUE, NAME, Observed, cluster_ca, observe
+from control.reconcilers.clusterpeer.observe import MAX_REQUEUE, NAME, Observed, observe
 from control.reconcilers.clusterpeer.provider import ProviderKeeper
 from control.reconcilers.clusterpeer.sync import SyncOutcome, Syncer
 from control.reconcilers.memory import Memory, PeerMemory
@@ -37,6 +39,8 @@ from control.workqueue import Result, Watch, key_of
 
 if TYPE_CHECKING:
     from control.context import Context
+
+log = logging.getLogger("peering.control.clusterpeer")
 
 
 class ClusterPeerReconciler:
@@ -99,6 +103,24 @@ class ClusterPeerReconciler:
         except (Conflict, NotFound):
             pass
 
+    async def _drop_copies(self, cp: dict, keys: list[str]) -> Result:
+        """Remove the annotations that hold a copy of the connection string (kubectl's client-side apply writes
+        one; the chart's admission policies refuse or strip it where they run, this covers the rest): a merge
+        patch setting each to null, with the resourceVersion read, so that nothing else of the object changes.
+        The log line and the Event name the keys only."""
+        meta = cp.get("metadata") or {}
+        try:
+            await self.kube.patch(CLUSTERPEERS, meta.get("name"), {"metadata": {"annotations": dict.fromkeys(keys)}},
+                                  resource_version=meta.get("resourceVersion"))
+        except Conflict:
+            return Result(requeue=True)
+        except NotFound:
+            return Result()
+        log.warning("removed annotations holding a copy of the connection string",
+                    extra={"clusterpeer": meta.get("name"), "annotations": keys})
+        await self.ctx.events.emit_all(cp, [event_rules.connection_string_copy_removed(keys)])
+        return Result(requeue=True)
+
     def _uuids_in_use(self, name: str) -> dict[str, str]:
         """The cluster UUIDs the live ClusterPeers other than `name` stand for (`rules.join.uuids_in_use`)."""
         return join_rules.uuids_in_use(((key_of(cp), cp, creds.secret_values(self.secrets.get(
@@ -138,11 +160,15 @@ class ClusterPeerReconciler:
         if cp is None:
             # Deleted: owned objects go by garbage collection, the registry drops the peer on its own.
             self.memory.forget(key)
+            self.ctx.written_status.pop(key, None)
             return Result()
         if (cp.get("metadata") or {}).get("deletionTimestamp"):
             return Result()
+        copies = connstring.copies_in((cp.get("metadata") or {}).get("annotations"))
+        if copies:
+            return await self._drop_copies(cp, copies)
         own_uuid = self.ctx.cluster_uuid()
-        ca = cluster_ca(self.secrets.get(CA_SECRET, self.namespace))
+        ca = creds.cluster_ca(self.secrets.get(CA_SECRET, self.namespace))
         if not own_uuid or ca is None:
             # The certificates reconciler creates the CA on first start; the UUID comes from Deckhouse.
             return Result(requeue_after=1.0)
@@ -218,6 +244,8 @@ class ClusterPeerReconciler:
                 return Result(requeue=True)
             except NotFound:
                 return Result()
+            # The peer handlers serve it until the watch delivers it (the notify below makes the peer pull now).
+            self.ctx.written_status[key] = ((cp.get("metadata") or {}).get("resourceVersion") or "", status)
             await self.ctx.events.emit_all(cp, event_rules.clusterpeer_events(obs.status, status, now=obs.now))
         if established:
             renewed, mem.seen_certs = event_rules.certificate_events(mem.seen_certs, values)

@@ -139,7 +139,7 @@ class Syncer:
             return values
         try:
             cert = join_rules.check_credentials(answer.body, own_key_fingerprint=pki.public_key_fingerprint(csr),
-                                                own_uuid=obs.own_uuid, peer_ca_pem=values["peer-ca.crt"])
+                                                own_uuid=obs.own_uuid, peer_ca_pem=values["peer-ca.crt"], now=obs.now)
         except join_rules.JoinError as exc:
             log.warning("renewed certificate refused", extra={"clusterpeer": obs.key, "error": exc.message})
             return values

@@ -15,6 +15,7 @@ certificate the way the gateway does (403 PeerUnknown).
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import types
 
@@ -22,8 +23,10 @@ import pytest
 
 from contract import reasons
 from contract.errors import Refusal
+from contract.names import MANAGED_BY, MANAGED_BY_VALUE
 from control import pki
 from control.handlers.peer import KEEP_ISSUED, PeerHandlers, _certs
+from control.informers import Informers
 from control.kube import SECRETS
 from control.peer_secret import PeeringGone, update_peer_secret
 from control.peerclient import Answer
@@ -55,7 +58,8 @@ class Setup:
         self.server = server
         self.ca = pki.create_ca(CLUSTER_UUID, now=issued_at - datetime.timedelta(days=1))
         server.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "peering-ca",
-                                                                          "namespace": NAMESPACE},
+                                                                          "namespace": NAMESPACE,
+                                                                          "labels": {MANAGED_BY: MANAGED_BY_VALUE}},
                        "data": _encode({"tls.crt": self.ca.cert_pem, "tls.key": self.ca.key_pem})})
         self.cp = server.create({"apiVersion": "peering.deckhouse.io/v1alpha1", "kind": "ClusterPeer",
                                  "metadata": {"name": "to-b"}, "spec": {"type": "Invite"}})
@@ -72,11 +76,21 @@ async def _admitted(clusterpeer: str, cert_pem: str) -> bool:
     return True  # no gateway runs here: nothing to wait for before answering
 
 
-def handlers(kube, clock: FakeClock) -> PeerHandlers:
-    ctx = types.SimpleNamespace(kube=kube, namespace=NAMESPACE, handlers=None, clock=clock,
+@contextlib.asynccontextmanager
+async def handlers(kube, clock: FakeClock):
+    """The peer handlers over informers synced with the API server (they answer from the caches)."""
+    informers = Informers(kube)
+    ctx = types.SimpleNamespace(kube=kube, namespace=NAMESPACE, handlers=None, clock=clock, informers=informers,
                                 cluster_uuid=lambda: CLUSTER_UUID, admitted=_admitted,
+                                current_status=lambda cp: (cp or {}).get("status") or {},
                                 settings=types.SimpleNamespace(control=types.SimpleNamespace(client_lifetime=LIFETIME)))
-    return PeerHandlers(ctx, pull_now=lambda name: None)
+    h = PeerHandlers(ctx, pull_now=lambda name: None)
+    informers.start()
+    try:
+        await informers.wait_synced()
+        yield h
+    finally:
+        await informers.stop()
 
 
 def renewal(csr_pem: str) -> PeerCall:
@@ -87,15 +101,15 @@ async def test_a_renewal_asked_again_while_the_last_is_fresh_gets_the_same_certi
     server, _ = api
     clock = FakeClock()
     setup = Setup(server, clock.now() - datetime.timedelta(hours=13))
-    h = handlers(kube, clock)
-    one = await h.certificate(renewal(setup.peer_key.cert_pem))
-    assert setup.issued()[0] != setup.first and len(setup.issued()) == 2
-    rv = server.get("", "secrets", "peer-to-b", NAMESPACE)["metadata"]["resourceVersion"]
-    # The requester did not store that answer (its write lost a race) and asks again: the same certificate, and
-    # nothing written, so its current certificate is not pushed out.
-    for _ in range(5):
-        again = await h.certificate(renewal(setup.peer_key.cert_pem))
-        assert again == one
+    async with handlers(kube, clock) as h:
+        one = await h.certificate(renewal(setup.peer_key.cert_pem))
+        assert setup.issued()[0] != setup.first and len(setup.issued()) == 2
+        rv = server.get("", "secrets", "peer-to-b", NAMESPACE)["metadata"]["resourceVersion"]
+        # The requester did not store that answer (its write lost a race) and asks again: the same certificate,
+        # and nothing written, so its current certificate is not pushed out.
+        for _ in range(5):
+            again = await h.certificate(renewal(setup.peer_key.cert_pem))
+            assert again == one
     assert server.get("", "secrets", "peer-to-b", NAMESPACE)["metadata"]["resourceVersion"] == rv
     assert setup.issued()[1] == setup.first
     assert join_rules.certificate_answer(setup.issued()[0]) == one
@@ -105,16 +119,16 @@ async def test_renewals_keep_every_earlier_certificate_until_it_expires_at_most_
     server, _ = api
     clock = FakeClock()
     setup = Setup(server, clock.now() - datetime.timedelta(hours=13))
-    h = handlers(kube, clock)
     held = [setup.first]
-    for _ in range(4):
-        answer = await h.certificate(renewal(setup.peer_key.cert_pem))
-        held.insert(0, answer["certificate"])
-        bundle = setup.issued()
-        assert bundle[0] == held[0]
-        # Every certificate still valid stays accepted, the newest KEEP_ISSUED of them.
-        assert bundle == [c for c in held if pki.valid_at(c, clock.now())][:KEEP_ISSUED]
-        clock.advance(13 * 3600)
+    async with handlers(kube, clock) as h:
+        for _ in range(4):
+            answer = await h.certificate(renewal(setup.peer_key.cert_pem))
+            held.insert(0, answer["certificate"])
+            bundle = setup.issued()
+            assert bundle[0] == held[0]
+            # Every certificate still valid stays accepted, the newest KEEP_ISSUED of them.
+            assert bundle == [c for c in held if pki.valid_at(c, clock.now())][:KEEP_ISSUED]
+            clock.advance(13 * 3600)
     assert len(setup.issued()) <= KEEP_ISSUED
     assert all(pki.valid_at(c, clock.now() - datetime.timedelta(hours=13)) for c in setup.issued())
 
@@ -124,8 +138,9 @@ async def test_a_renewal_for_another_key_is_refused_and_changes_nothing(api, kub
     clock = FakeClock()
     setup = Setup(server, clock.now() - datetime.timedelta(hours=13))
     other = pki.make_key_and_csr(PEER_UUID)
-    with pytest.raises(Refusal) as refused:
-        await handlers(kube, clock).certificate(renewal(other.cert_pem))
+    async with handlers(kube, clock) as h:
+        with pytest.raises(Refusal) as refused:
+            await h.certificate(renewal(other.cert_pem))
     assert refused.value.reason == reasons.KEY_MISMATCH
     assert setup.issued() == [setup.first]
 

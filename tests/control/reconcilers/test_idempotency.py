@@ -175,6 +175,33 @@ async def test_an_invite_is_written_once_and_replaced_when_it_expires_unused(wor
     assert second["tokenID"] != first["tokenID"] and second["used"] is False
 
 
+async def test_a_copy_of_the_connection_string_in_an_annotation_is_removed_and_only_its_key_is_told(world, caplog):
+    """kubectl's client-side apply copies the whole object into kubectl.kubernetes.io/last-applied-configuration,
+    which nothing masks; where no admission policy refused or stripped it (a cluster without the chart's policies,
+    or a ClusterPeer older than them), the reconciler removes it, and nothing else of the object, in one write."""
+    now = world.clock.now()
+    inviter = pki.create_ca("inviter", now=now)
+    text = connstring.encode(connstring.Invitation(
+        "a0000000-0000-4000-8000-000000000001", "https://peering.gone.lab", "peering-gateway.gone.lab",
+        pki.spki_pin(inviter.cert_pem), "abcdefgh", "s" * 43, now + datetime.timedelta(hours=1)))
+    manifest = {"apiVersion": API_VERSION, "kind": "ClusterPeer", "metadata": {"name": "applied"},
+                "spec": {"type": "Join", "join": {"connectionString": text}}}
+    world.server.create({**manifest, "metadata": {"name": "applied", "annotations": {
+        "kubectl.kubernetes.io/last-applied-configuration": json.dumps(manifest), "team": "platform"}}})
+    await world.caught_up()
+    with caplog.at_level("INFO"):
+        assert await world.run("clusterpeer", "applied") == 1  # the removal, and nothing else in that pass
+    stored = clusterpeer(world, "applied")
+    assert stored["metadata"]["annotations"] == {"team": "platform"}
+    assert stored["spec"]["join"]["connectionString"] == text and "status" not in stored
+    [record] = [r for r in caplog.records if "copy of the connection string" in r.getMessage()]
+    assert record.annotations == ["kubectl.kubernetes.io/last-applied-configuration"]
+    assert text.split(".", 1)[1][:40] not in repr(vars(record)) + caplog.text
+    # The next pass goes on with the join as for any ClusterPeer (the key kept, the refusal in the status).
+    assert await world.run("clusterpeer", "applied") == 2
+    assert text not in json.dumps({k: v for k, v in clusterpeer(world, "applied").items() if k != "spec"})
+
+
 async def test_a_join_that_cannot_reach_the_inviter_is_retried_when_due_and_writes_nothing_more(world):
     now = world.clock.now()
     inviter = pki.create_ca("inviter", now=now)

@@ -141,3 +141,11 @@ def test_project_peers_paired_unreachable_and_back():
                                                (3725, "1h2m")])
 def test_durations(seconds, text):
     assert ev.duration(seconds) == text
+
+
+def test_a_removed_copy_of_the_connection_string_names_the_annotation_and_what_to_use():
+    spec = ev.connection_string_copy_removed(["kubectl.kubernetes.io/last-applied-configuration"])
+    assert (spec.type, spec.reason) == ("Warning", "ConnectionStringCopyRemoved")
+    assert "kubectl.kubernetes.io/last-applied-configuration" in spec.note
+    assert "d8 k create -f" in spec.note and "d8 k apply --server-side -f" in spec.note
+    assert "d8peer" not in spec.note

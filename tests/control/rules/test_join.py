@@ -50,7 +50,7 @@ def _answer(parsed: j.JoinRequest, a_key: pki.CertAndKey, *, ca=A_CA, uuid=A_UUI
 
 
 def test_full_handshake(handshake):
-    parsed = j.parse_join_request(handshake["req"])
+    parsed = j.parse_join_request(handshake["req"], now=NOW)
     assert parsed.cluster_uuid == B_UUID and parsed.alias == "cluster-a"
     assert handshake["token"].secret not in repr(parsed)
     decision = invite.redeem(handshake["status"], parsed.token, parsed.cluster_uuid, None, NOW,
@@ -60,13 +60,13 @@ def test_full_handshake(handshake):
     answer = _answer(parsed, a_key)
 
     b_fp = pki.public_key_fingerprint(handshake["b_key"].cert_pem)
-    got = j.check_join_answer(answer, handshake["inv"], own_uuid=B_UUID, own_key_fingerprint=b_fp)
+    got = j.check_join_answer(answer, handshake["inv"], own_uuid=B_UUID, own_key_fingerprint=b_fp, now=NOW)
     assert got.cluster_uuid == A_UUID and got.alias == "cluster-b"
 
     # B signs A's CSR and delivers it over mTLS; A checks it is for its key.
     delivered = j.credentials_message(pki.issue_client_cert(B_CA, got.csr_pem, A_UUID, now=NOW))
     a_fp = pki.public_key_fingerprint(a_key.cert_pem)
-    cert = j.check_credentials(delivered, own_key_fingerprint=a_fp, own_uuid=A_UUID, peer_ca_pem=B_CA.cert_pem)
+    cert = j.check_credentials(delivered, own_key_fingerprint=a_fp, own_uuid=A_UUID, peer_ca_pem=B_CA.cert_pem, now=NOW)
     assert pki.issued_by(cert, B_CA.cert_pem)
 
     # B repeats the join after a crash: same key, same answer; another cluster gets TokenUsed.
@@ -77,12 +77,12 @@ def test_full_handshake(handshake):
 
 
 def test_pin_mismatch_when_another_ca_answers(handshake):
-    parsed = j.parse_join_request(handshake["req"])
+    parsed = j.parse_join_request(handshake["req"], now=NOW)
     evil_ca = pki.create_ca("evil", now=NOW)
     answer = _answer(parsed, pki.make_key_and_csr(A_UUID), ca=evil_ca)
     with pytest.raises(j.JoinError) as err:
         j.check_join_answer(answer, handshake["inv"], own_uuid=B_UUID,
-                            own_key_fingerprint=parsed.key_fingerprint)
+                            own_key_fingerprint=parsed.key_fingerprint, now=NOW)
     assert err.value.reason == "PinMismatch"
 
 
@@ -98,17 +98,17 @@ def test_pin_mismatch_when_another_ca_answers(handshake):
     ],
 )
 def test_bad_answers(handshake, mutate, reason):
-    parsed = j.parse_join_request(handshake["req"])
+    parsed = j.parse_join_request(handshake["req"], now=NOW)
     answer = _answer(parsed, pki.make_key_and_csr(A_UUID))
     mutate(answer)
     with pytest.raises(j.JoinError) as err:
-        j.check_join_answer(answer, handshake["inv"], own_uuid=B_UUID, own_key_fingerprint=parsed.key_fingerprint)
+        j.check_join_answer(answer, handshake["inv"], own_uuid=B_UUID, own_key_fingerprint=parsed.key_fingerprint, now=NOW)
     assert err.value.reason == reason
 
 
 def test_answer_that_is_not_an_object(handshake):
     with pytest.raises(j.JoinError) as err:
-        j.check_join_answer("<html>", handshake["inv"], own_uuid=B_UUID, own_key_fingerprint="x")
+        j.check_join_answer("<html>", handshake["inv"], own_uuid=B_UUID, own_key_fingerprint="x", now=NOW)
     assert err.value.reason == "InvalidAnswer"
 
 
@@ -127,14 +127,14 @@ def test_bad_requests(handshake, mutate, reason, code):
     req = copy.deepcopy(handshake["req"])
     mutate(req)
     with pytest.raises(j.JoinError) as err:
-        j.parse_join_request(req)
+        j.parse_join_request(req, now=NOW)
     assert (err.value.reason, err.value.code) == (reason, code)
     assert handshake["token"].secret not in err.value.message
 
 
 def test_request_not_an_object():
     with pytest.raises(j.JoinError):
-        j.parse_join_request(["x"])
+        j.parse_join_request(["x"], now=NOW)
 
 
 @pytest.mark.parametrize(
@@ -173,8 +173,8 @@ def test_credentials_from_the_wrong_ca_are_refused():
     cert = pki.issue_client_cert(other, a_key.cert_pem, A_UUID, now=NOW)
     fp = pki.public_key_fingerprint(a_key.cert_pem)
     with pytest.raises(j.JoinError):
-        j.check_credentials({"certificate": cert}, own_key_fingerprint=fp, own_uuid=A_UUID, peer_ca_pem=B_CA.cert_pem)
+        j.check_credentials({"certificate": cert}, own_key_fingerprint=fp, own_uuid=A_UUID, peer_ca_pem=B_CA.cert_pem, now=NOW)
     with pytest.raises(j.JoinError):
-        j.check_credentials({"certificate": "junk"}, own_key_fingerprint=fp, own_uuid=A_UUID, peer_ca_pem=B_CA.cert_pem)
+        j.check_credentials({"certificate": "junk"}, own_key_fingerprint=fp, own_uuid=A_UUID, peer_ca_pem=B_CA.cert_pem, now=NOW)
     with pytest.raises(j.JoinError):
-        j.check_credentials({}, own_key_fingerprint=fp, own_uuid=A_UUID, peer_ca_pem=B_CA.cert_pem)
+        j.check_credentials({}, own_key_fingerprint=fp, own_uuid=A_UUID, peer_ca_pem=B_CA.cert_pem, now=NOW)

@@ -147,6 +147,12 @@ def test_two_peerings_claiming_one_uuid_never_share_a_prefix_or_a_consumer():
     assert evil not in subjects[0]
 
 
+def _now():
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
+
+
 def _body(**changes) -> dict:
     from datetime import datetime, timezone
 
@@ -160,7 +166,7 @@ def _body(**changes) -> dict:
 
 
 def test_a_join_request_with_a_well_formed_uuid_and_entrance_parses():
-    assert join_rules.parse_join_request(_body(entrance="peering-gateway.b.lab:8443")).entrance == \
+    assert join_rules.parse_join_request(_body(entrance="peering-gateway.b.lab:8443"), now=_now()).entrance == \
         "peering-gateway.b.lab:8443"
 
 
@@ -170,7 +176,7 @@ def test_a_join_request_with_a_well_formed_uuid_and_entrance_parses():
                                             ("entrance", "https://peering-gateway.b.lab")])
 def test_a_join_request_with_a_bad_uuid_or_entrance_is_malformed_naming_the_field(key, value):
     with pytest.raises(join_rules.JoinError) as err:
-        join_rules.parse_join_request(_body(**{key: value}))
+        join_rules.parse_join_request(_body(**{key: value}), now=_now())
     assert err.value.reason == reasons.MALFORMED and err.value.code == 400
     assert f"the join request's {key}" in err.value.message
     assert "s" * 43 not in err.value.message
@@ -193,8 +199,8 @@ def test_an_answer_naming_an_entrance_that_is_more_than_a_host_is_refused(entran
         csr_pem=pki.make_key_and_csr(A_UUID).cert_pem, offer={})
     with pytest.raises(join_rules.JoinError) as err:
         join_rules.check_join_answer(answer, inv, own_uuid=B_UUID,
-                                     own_key_fingerprint=pki.public_key_fingerprint(b_key.cert_pem))
+                                     own_key_fingerprint=pki.public_key_fingerprint(b_key.cert_pem), now=now)
     assert err.value.reason == join_rules.INVALID_ANSWER and "entrance" in err.value.message
     good = join_rules.check_join_answer({**answer, "entrance": "peering-gateway.a.lab:8443"}, inv, own_uuid=B_UUID,
-                                        own_key_fingerprint=pki.public_key_fingerprint(b_key.cert_pem))
+                                        own_key_fingerprint=pki.public_key_fingerprint(b_key.cert_pem), now=now)
     assert good.entrance == "peering-gateway.a.lab:8443"
