@@ -24,7 +24,7 @@ from urllib.parse import unquote_to_bytes
 from contract import reasons
 from contract.errors import Refusal
 from contract.names import audience
-from contract.paths import EGRESS_PREFIX, PEER_OPS, PEER_PREFIX
+from contract.paths import EGRESS_PREFIX, PEER_OPS, PEER_PREFIX, RENEWAL_OP
 from gateway import catchup
 from gateway.headers import Fields, bearer, request_head, screen_request
 from gateway.registry import Peer
@@ -142,6 +142,28 @@ def entrance_peer(state: GatewayState, fingerprint: str | None) -> Peer:
     return peer
 
 
+def certificate_in_force(peer: Peer, fingerprint: str | None, now: float) -> float:
+    """The notAfter (Unix seconds) of the peer's client certificate `fingerprint`, or the Refusal of a certificate
+    outside its validity period. The entrance's TLS accepts a certificate of our CA whatever its dates (tls.py), so
+    that an expired one can still prove possession of its key for the renewal; everywhere else its dates are
+    checked here, against the registry's copy of them (no certificate is parsed per request)."""
+    not_before, not_after = peer.validity.get(fingerprint or "", (float("inf"), float("-inf")))
+    if now > not_after:
+        raise Refusal(401, reasons.CERTIFICATE_EXPIRED, f"the client certificate of peering {peer.name} expired at "
+                      f"{_utc(not_after)}: it admits nothing but its own renewal (POST {PEER_PREFIX}{RENEWAL_OP}), "
+                      "which the peer's module makes by itself as soon as it reaches this cluster; if this lasts, "
+                      "run `d8 k peering check` on the peer's cluster")
+    if now < not_before:
+        raise Refusal(401, reasons.CERTIFICATE_NOT_YET_VALID, f"the client certificate of peering {peer.name} is not "
+                      f"valid before {_utc(not_before)}: it admits nothing but its own renewal, which the peer's "
+                      "module makes by itself; the clock of this cluster or of the peer's is wrong, fix the clocks")
+    return not_after
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds)) if abs(seconds) < 1e11 else "?"
+
+
 def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | None, method: bytes, target: bytes,
                    fields: Fields, length: int | None = None, chunked: bool = False) -> Admitted | NeedsExchange:
     """Admit a request of a peer's consumer to this cluster's API server, or raise the Refusal of the first rule
@@ -157,6 +179,8 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
         return _certificate_coming(state, refusal, fingerprint, lambda: admit_entrance(
             state, client, fingerprint, method, target, fields, length, chunked), b"watch" in target and is_watch(target))
     client.peer = peer.name
+    now = time.time()
+    certificate_until = certificate_in_force(peer, fingerprint, now)
     forward, auth, client.close = screen_request(fields)
     _check_body(length, limits.max_body_bytes)
     if auth is not None and auth == client.last_auth:
@@ -165,7 +189,6 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
         token = bearer(auth.decode("latin-1") if auth is not None else None, limits.max_token_bytes)
         token_hash = hashlib.sha256(token.encode()).digest()
         client.last_auth = b""
-    now = time.time()
     tokens = state.tokens
     verified = tokens.get(token_hash)
     if verified is None or verified.peer != peer.name:
@@ -188,8 +211,9 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
         client.last_auth, client.last_token_hash = auth, token_hash
     if verified is not client.last_verified:  # the capabilities label, joined once per token, not per request
         client.last_verified, client.last_capabilities = verified, ",".join(sorted(verified.capabilities))
+        # A stream ends when its token or the client certificate it came with stops admitting it.
         client.authority = Authority(peer.name, verified.capabilities, service_account(verified.subject),
-                                     verified.expires + limits.token_skew)
+                                     min(verified.expires + limits.token_skew, certificate_until))
     client.capabilities = client.last_capabilities
     watch = b"watch" in target and is_watch(target)
     upstream_target = state.api_prefix + target
@@ -228,6 +252,10 @@ def admit_peer_call(state: GatewayState, client: ClientState, fingerprint: str |
     client.peer = peer.name
     op = target[len(PEER_PREFIX):].split("?", 1)[0]
     expected = PEER_OPS.get(op)
+    if op != RENEWAL_OP or method != expected:
+        # The renewal is the one call a certificate outside its validity period may make: its handshake proved
+        # possession of the key the peering pinned, and the answer is a certificate for that key only.
+        certificate_in_force(peer, fingerprint, time.time())
     if expected is None:
         raise Refusal(404, reasons.UNKNOWN_OPERATION, f"{PEER_PREFIX}{op[:40]} is not a peering operation; this "
                       f"gateway serves {', '.join(sorted(PEER_OPS))}")
@@ -372,10 +400,15 @@ def withdrawn() -> Refusal:
                    "effectiveCapabilities and the PeeringCapability's consumers")
 
 
+_CLOSING = frozenset({reasons.PEER_UNKNOWN, reasons.CERTIFICATE_EXPIRED, reasons.CERTIFICATE_NOT_YET_VALID,
+                      reasons.UPGRADE_REFUSED})
+
+
 def closes_connection(refusal: Refusal) -> bool:
-    """Refusals after which the client's connection is closed: a revoked peer has nothing more to send, and after a
-    refused upgrade the client may already be sending the upgraded protocol."""
-    return refusal.reason in (reasons.PEER_UNKNOWN, reasons.UPGRADE_REFUSED)
+    """Refusals after which the client's connection is closed: a revoked peer, or a certificate outside its
+    validity period, has nothing more to send on it, and after a refused upgrade the client may already be sending
+    the upgraded protocol."""
+    return refusal.reason in _CLOSING
 
 
 def is_watch(target: bytes) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 
+from contract import reasons
 from contract.names import CA_SECRET, EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET
 from control import pki
 from control.check.cluster import DEPLOYMENT, FORBIDDEN, MISSING, UNSERVED, Facts, Read
@@ -341,7 +342,7 @@ def module_certificates_line(f: Facts) -> Line:
     message = "; ".join(parts)
     if worst == "expired":
         return fail("module certificates", message, "the leader renews them: see the leader line and its log",
-                    reason="CertificateExpired")
+                    reason=reasons.CERTIFICATE_EXPIRED)
     if worst == "overdue":
         return warn("module certificates", message, "the leader renews them: see the leader line and its log",
                     reason="RenewalOverdue")

@@ -4,6 +4,7 @@ the certificates it holds and has issued, TokenExchangeReady, the effective capa
 
 from __future__ import annotations
 
+from contract import reasons
 from control import pki
 from control.check import fixes
 from control.check.cluster import FORBIDDEN, MISSING, Facts, Read
@@ -88,12 +89,12 @@ def certificates_line(f: Facts, cp: dict, secret: Read) -> Line:
         states.append((state, key))
     message = "; ".join(parts) or "no certificate yet"
     if ("expired", "client.crt") in states:
-        return fail("certificates", message, fixes.EXPIRED_CLIENT_CERTIFICATE, reason="CertificateExpired",
+        return fail("certificates", message, fixes.EXPIRED_CLIENT_CERTIFICATE, reason=reasons.CERTIFICATE_EXPIRED,
                     peer=name)
     if ("expired", "issued.crt") in states:
         return fail("certificates", message, "the other cluster can no longer reach this one: its module did not "
                                              "renew in time (unreachable, or its clocks); establish the peering "
-                                             "anew on both clusters", reason="CertificateExpired", peer=name)
+                                             "anew on both clusters", reason=reasons.CERTIFICATE_EXPIRED, peer=name)
     if any(state == "overdue" for state, _ in states):
         return warn("certificates", message, "a renewal keeps failing: see the sync line; renewals go over the "
                                              "peering and need the peer reachable", reason="RenewalOverdue", peer=name)
