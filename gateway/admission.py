@@ -239,23 +239,24 @@ def _certificate_coming(state: GatewayState, refusal: Refusal, fingerprint: str 
     return catchup.NeedsRegistry(refusal, registry.generation, again, watch, state.loop.time() + limits.registry_catch_up)
 
 
-def admit_peer_call(state: GatewayState, client: ClientState, fingerprint: str | None, method: str, target: str
-                    ) -> "tuple[Peer, str] | catchup.NeedsRegistry":
+def admit_peer_call(state: GatewayState, client: ClientState, fingerprint: str | None, method: str, target: str,
+                    now: float | None = None) -> "tuple[Peer, str] | catchup.NeedsRegistry":
     """A call of the peer protocol (`target` under /peering/v1/): the calling peer and the operation, or the wait
-    for a registry that knows the calling certificate (a joiner delivers its half at once after the join)."""
+    for a registry that knows the calling certificate (a joiner delivers its half at once after the join). `now`
+    (Unix seconds) is the time the certificate's dates are judged at: the clock's, unless given."""
     client.begin()
     try:
         peer = entrance_peer(state, fingerprint)
     except Refusal as refusal:
         return _certificate_coming(state, refusal, fingerprint,
-                                   lambda: admit_peer_call(state, client, fingerprint, method, target), False)
+                                   lambda: admit_peer_call(state, client, fingerprint, method, target, now), False)
     client.peer = peer.name
     op = target[len(PEER_PREFIX):].split("?", 1)[0]
     expected = PEER_OPS.get(op)
     if op != RENEWAL_OP or method != expected:
         # The renewal is the one call a certificate outside its validity period may make: its handshake proved
         # possession of the key the peering pinned, and the answer is a certificate for that key only.
-        certificate_in_force(peer, fingerprint, time.time())
+        certificate_in_force(peer, fingerprint, time.time() if now is None else now)
     if expected is None:
         raise Refusal(404, reasons.UNKNOWN_OPERATION, f"{PEER_PREFIX}{op[:40]} is not a peering operation; this "
                       f"gateway serves {', '.join(sorted(PEER_OPS))}")

@@ -31,8 +31,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("peering.control.peer")
 
 
-#: Certificates issued to one peer that stay accepted at once: the newest and those before it, until they expire.
-#: With renewal at half of the lifetime two are valid at a time; the third covers a renewal answered but lost.
+#: Certificates issued to one peer that stay known at once: the newest and the two before it. With renewal at half
+#: of the lifetime two are valid at a time; the third covers a renewal answered but lost. One that has expired stays
+#: until renewals push it out: it admits nothing but the renewal (gateway/admission.py), so a peer whose renewal
+#: answer was lost after an outage can ask again with the certificate it still holds.
 KEEP_ISSUED = 3
 
 
@@ -136,10 +138,10 @@ class PeerHandlers:
             cert = pki.issue_client_cert(ca, csr, values.get("peer-uuid") or call.peer.uuid, now=now,
                                          lifetime=self.ctx.settings.control.client_lifetime)
             issued[:], fresh[:] = [cert], [True]
-            # Every earlier certificate stays accepted until it expires (at most KEEP_ISSUED in all), so the one
-            # the peer holds keeps working while it stores the new one, and its open connections too.
-            keep = [c for c in current if pki.valid_at(c, now)][:KEEP_ISSUED - 1]
-            return {**values, "issued.crt": "".join([cert, *keep])}
+            # The earlier certificates stay known (at most KEEP_ISSUED in all), so the one the peer holds keeps
+            # working while it stores the new one, and its open connections too, until each expires; an expired
+            # one keeps only the right to ask for this renewal again.
+            return {**values, "issued.crt": "".join([cert, *current[:KEEP_ISSUED - 1]])}
 
         await self._update_secret(call.peer.name, change)
         log.info("client certificate renewed for peer" if fresh[0] else "client certificate answered again (renewed "

@@ -1,6 +1,8 @@
 """Sync: what an established peering does with the peer's entrance, over mTLS with the exchanged credentials.
 
-- renew our client certificate once it is due (`/peering/v1/certificate`, a CSR for the same key);
+- renew our client certificate once it is due (`/peering/v1/certificate`, a CSR for the same key), also once it
+  has expired while the peer was away: the peer's entrance accepts it for the renewal alone, and until the renewal
+  succeeds nothing else is tried (its failure is the sync's: rules/renewal.py says what it means);
 - a joiner delivers the certificate it issued for the inviter's key (`/peering/v1/credentials`) until it arrives;
 - pull the peer's offer when due (periodic with jitter, at once after a notify, with a backoff after a failure);
 - after the status is written, announce a changed offer of ours (`/peering/v1/notify`).
@@ -18,6 +20,7 @@ from typing import Callable
 
 from control import pki
 from control.clock import Clock
+from control.connstring import format_time
 from control.kube import KubeSession
 from control.peerclient import Answer, PeerClient
 from control.reconcilers.clusterpeer.observe import Observed
@@ -26,6 +29,7 @@ from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import conditions as cond
 from control.rules import join as join_rules
 from control.rules import offer as offer_rules
+from control.rules import renewal
 from control.rules.spec import JOIN
 
 log = logging.getLogger("peering.control.clusterpeer")
@@ -45,6 +49,17 @@ class SyncOutcome:
     wait: float
 
 
+def _issue_times(*pems: str) -> list:
+    """When each certificate (the first of each bundle) was issued; none for what cannot be read."""
+    out = []
+    for pem in pems:
+        try:
+            out.append(pki.issued_at(pem))
+        except pki.PKIError:
+            continue
+    return out
+
+
 def _key_of(cert_pem: str) -> str:
     """The public key fingerprint of a certificate (the first of a bundle); "" for none."""
     try:
@@ -53,8 +68,20 @@ def _key_of(cert_pem: str) -> str:
         return ""
 
 
+def _tls(answer: Answer) -> dict:
+    return dict(refused_certificate=answer.refused_certificate, tls_alert=answer.tls_alert,
+                untrusted_server=answer.untrusted_server)
+
+
 def failure(answer: Answer) -> tuple[str, str]:
-    return cond.sync_failure(answer.status, answer.body, refused_certificate=answer.refused_certificate)
+    return renewal.call_failure(answer.status, answer.body, **_tls(answer))
+
+
+def _in_force(cert_pem: str, now) -> bool:
+    try:
+        return pki.valid_at(cert_pem, now)
+    except pki.PKIError:
+        return False
 
 
 class Syncer:
@@ -74,13 +101,28 @@ class Syncer:
                    just_joined: bool) -> SyncOutcome:
         values = await self._renew(obs, mem, values)
         undelivered = obs.spec.type == JOIN and mem.delivered != _key_of(values.get("issued.crt", ""))
+        if mem.renew_error is not None and not _in_force(values["client.crt"], obs.now):
+            # Our certificate admits nothing but its renewal at the peer: the renewal's failure is the sync's, and
+            # it is tried again with the backoff of a failed pull.
+            reason, message = mem.renew_error
+            if reason == cond.PEER_UNREACHABLE:
+                message = renewal.expired_meanwhile(message, format_time(pki.not_after(values["client.crt"])))
+            mem.sync_error = (reason, message)
+            mem.sync_failures += 1
+            mem.pull_at = self.clock.monotonic() + self.memory.retry_after(mem.sync_failures)
+            return SyncOutcome(values=values, peer=peer, error=mem.sync_error, undelivered=undelivered,
+                               wait=max(0.05, mem.pull_at - self.clock.monotonic()))
         if undelivered and not just_joined and self.admits(obs.key, values["issued.crt"]):
             await self._deliver(obs, mem, values)
             undelivered = mem.delivered != _key_of(values["issued.crt"])
         if mem.pull_at <= self.clock.monotonic() or peer is None:
             peer = await self._pull(obs, mem, values, peer)
+        wait = mem.pull_at - self.clock.monotonic()
+        renew_in = (pki.renewal_time(values["client.crt"]) - obs.now).total_seconds()
+        if renew_in > 0:
+            wait = min(wait, renew_in)  # renewed at half of its lifetime, whatever the sync interval
         return SyncOutcome(values=values, peer=peer, error=mem.sync_error, undelivered=undelivered,
-                           wait=max(0.05, mem.pull_at - self.clock.monotonic()))
+                           wait=max(0.05, wait))
 
     async def announce(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> float | None:
         """Tell the peer our offer changed, once the status holding it is written; returns when to try again while
@@ -122,18 +164,25 @@ class Syncer:
             log.info("credentials not delivered yet", extra={"clusterpeer": obs.key, "status": answer.status})
 
     async def _renew(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> dict[str, str]:
-        """Renew our client certificate once it is due; keep the old one on any failure."""
-        if not pki.needs_renewal(values["client.crt"], obs.now):
+        """Renew our client certificate once it is due, or at once once it expired (the peer was away longer than
+        it lasted); keep the old one on any failure, and remember why (`mem.renew_error`)."""
+        held = values["client.crt"]
+        if not pki.needs_renewal(held, obs.now):
+            mem.renew_error = None
             return values
         csr = pki.csr_for_key(values["client.key"], obs.own_uuid)
         answer = await self._call(mem, values, "certificate", join_rules.certificate_request(csr))
         if not answer.ok:
-            log.warning("client certificate renewal failed", extra={"clusterpeer": obs.key, "status": answer.status})
+            mem.renew_error = renewal.renewal_failure(obs.key, answer.status, answer.body, **_tls(answer))
+            log.warning("client certificate renewal failed", extra={"clusterpeer": obs.key, "status": answer.status,
+                                                                     "reason": mem.renew_error[0]})
             return values
         try:
             cert = join_rules.check_credentials(answer.body, own_key_fingerprint=pki.public_key_fingerprint(csr),
                                                 own_uuid=obs.own_uuid, peer_ca_pem=values["peer-ca.crt"])
         except join_rules.JoinError as exc:
+            mem.renew_error = (cond.PEER_UNREACHABLE, f"the peer answered the renewal of our client certificate with "
+                               f"one this peering cannot use ({exc.message}); retried")
             log.warning("renewed certificate refused", extra={"clusterpeer": obs.key, "error": exc.message})
             return values
 
@@ -154,8 +203,15 @@ class Syncer:
             return values
         if written is None or written.get("client.crt") != cert:
             return values if written is None else written
-        mem.previous_client_cert = values["client.crt"]
-        log.info("client certificate renewed", extra={"clusterpeer": obs.key})
+        mem.renew_error = None
+        mem.previous_client_cert = held
+        after_outage = not _in_force(held, obs.now)
+        if after_outage:
+            # Read before the pull of this pass moves it: the last successful sync is when the outage began.
+            mem.outage_note = renewal.outage_note(
+                renewal.last_contact(mem.last_sync, obs.status, _issue_times(held, values.get("issued.crt", ""))),
+                obs.now, pki.not_after(held), pki.not_after(cert))
+        log.info("client certificate renewed", extra={"clusterpeer": obs.key, "after_outage": after_outage})
         return written
 
     async def _pull(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None) -> dict | None:
