@@ -1,10 +1,14 @@
 """The registry feed against the emulated API server: bursts are coalesced into few snapshots, a change that does
-not alter the snapshot publishes nothing, and each snapshot carries the next generation."""
+not alter the snapshot publishes nothing, and each snapshot carries the next generation; server certificates are
+loaded only within their validity period."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 
+from control import pki
+from control.bootstrap import tls_secret
 from control.feed import Feed
 from control.informers import Informers
 from tests.control.conftest import NAMESPACE, eventually
@@ -89,3 +93,37 @@ async def test_published_tells_of_each_registry_and_waits_for_one_that_serves():
     unsubscribe()
     published.set(registry(3))
     assert told == [(0, 1), (1, 2)] and published.registry.generation == 3
+
+
+async def test_a_server_certificate_outside_its_dates_is_not_served_until_the_leader_renews_it(api, kube):
+    # A process back after longer than its server certificates live finds them expired in their Secrets.
+    server, _ = api
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca = pki.create_ca("c", now=now - datetime.timedelta(days=40))
+    stale = {name: pki.issue_server_cert(ca, [host], now=now - datetime.timedelta(days=30))
+             for name, host in (("peering-gateway-tls", "peering-gateway.t.lab"),
+                                ("peering-egress-tls", "peering-gateway.d8-peering.svc"))}
+    server.create(tls_secret("peering-ca", NAMESPACE, ca, None))
+    for name, material in stale.items():
+        server.create(tls_secret(name, NAMESPACE, material, ca.cert_pem))
+    informers = Informers(kube)
+    sink = Recorder()
+    feed = Feed(informers, sink, NAMESPACE, coalesce=0.01)
+    informers.start()
+    feed.start()
+    try:
+        await asyncio.wait_for(feed.ready.wait(), 10)
+        await feed.publish_once()
+        assert sink.reloads == 0 and feed.certificates is None
+        # The leader's first pass renews both (bootstrap.plan: due for renewal): they are loaded at once.
+        for name, host in (("peering-gateway-tls", "peering-gateway.t.lab"),
+                           ("peering-egress-tls", "peering-gateway.d8-peering.svc")):
+            fresh = pki.issue_server_cert(ca, [host], now=now)
+            current = server.get("", "secrets", name, NAMESPACE)
+            server.update({**tls_secret(name, NAMESPACE, fresh, ca.cert_pem),
+                           "metadata": current["metadata"]})
+        await eventually(lambda: sink.reloads == 1, what="the renewed certificates loaded")
+        assert feed.certificates is not None and pki.valid_at(feed.certificates.entrance_cert_pem.decode(), now)
+    finally:
+        await feed.stop()
+        await informers.stop()
