@@ -109,7 +109,7 @@ async def _check(options: Options, kube: KubeSession, report: Report, clock: Clo
             https_get(dex.rstrip("/") + "/.well-known/openid-configuration", options.resolve))
         report.add(*judge.https_lines(f, join_host, join), *judge.dns_lines(resolved),
                    *judge.entrance_lines(f, entrance_host, probe), *judge.user_authn_lines(f, dex, dex_answer))
-    report.add(judge.module_certificates_line(f))
+    report.add(judge.module_certificates_line(f), judge.lifetimes_line(f, _container(f)))
     selected = f.clusterpeers.items
     if options.peer:
         cp = f.clusterpeer(options.peer)

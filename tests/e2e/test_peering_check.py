@@ -1,6 +1,6 @@
 """`peering check` against two lab clusters, as an administrator runs it (the real command, with the cluster's
 kubeconfig), in every failure the guide names: the peer unreachable, a revoked peering, a TLS-terminating load
-balancer in front of the entrance, user-authn missing, an expired certificate. Each asserts the exit code, the
+balancer in front of the entrance, user-authn missing, a certificate that expired while the peer was away. Each asserts the exit code, the
 failing line and its fix; a healthy peering checks clean, a module's access is proved end to end with
 `--consumer`, the viewer role is told what it cannot see. The tests share one peering and run in order.
 
@@ -181,28 +181,33 @@ def _put(cluster, name: str, values: dict[str, str]) -> None:
     cluster.api.update(secret)
 
 
-async def test_an_expired_certificate(lab):
+async def test_a_certificate_that_expired_while_the_peer_was_away(lab):
     a, b = lab["a"], lab["b"]
-    saved = _secret(b, "peer-to-a")
+    saved_a, saved_b = _secret(a, "peer-to-b"), _secret(b, "peer-to-a")
     a_ca = _secret(a, "peering-ca")
     b_uuid = b.info()["uuid"]
+    # As if b's last renewal had been 30 hours ago and a had been away since: a issued it and knows it.
     then = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=30)
     expired = pki.issue_client_cert(pki.CertAndKey(a_ca["tls.crt"], a_ca["tls.key"]),
-                                    pki.csr_for_key(saved["client.key"], b_uuid), b_uuid, now=then)
-    _put(b, "peer-to-a", {**saved, "client.crt": expired})
+                                    pki.csr_for_key(saved_b["client.key"], b_uuid), b_uuid, now=then)
+    await a.stop_peering()
     try:
-        await until_equal(lambda: ready(clusterpeer(b, "to-a")), ("Active", "False", "PeerRefusedCertificate"),
-                          timeout=20)
+        _put(a, "peer-to-b", {**saved_a, "issued.crt": expired + saved_a["issued.crt"]})
+        _put(b, "peer-to-a", {**saved_b, "client.crt": expired})
+        await until_equal(lambda: ready(clusterpeer(b, "to-a")), ("Active", "False", "PeerUnreachable"), timeout=20)
         text = await until_check(b, code=1)
-        failing, fix = line(text, "certificates")
+        failing, fix = line(text, "certificates", "!")
         assert "[CertificateExpired]" in failing and "ours toward the peer expired at" in failing
-        assert "establish the peering anew" in fix and "clocks" in fix
+        assert "renewed over the peering as soon as it answers again" in fix and "anew" not in fix
         failing, fix = line(text, "clusterpeer to-a")
-        assert "[PeerRefusedCertificate]" in failing and "our client certificate toward the peer expired" in failing
-        assert "clocks" in fix and "revoked" not in fix
+        assert "[PeerUnreachable]" in failing and "expired meanwhile" in failing and "nothing to do" in failing
     finally:
-        _put(b, "peer-to-a", saved)
+        await a.start_peering()
+    # Back: b renews the expired certificate by itself, for the same key, and the check is clean again.
     await _healthy(b, "to-a")
+    renewed = _secret(b, "peer-to-a")["client.crt"]
+    assert renewed != expired and pki.public_key_fingerprint(renewed) == pki.public_key_fingerprint(expired)
+    await until_check(b, code=0, timeout=30)
 
 
 async def test_a_revoked_peering(lab):
