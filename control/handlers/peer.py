@@ -146,6 +146,9 @@ class PeerHandlers:
         await self._update_secret(call.peer.name, change)
         log.info("client certificate renewed for peer" if fresh[0] else "client certificate answered again (renewed "
                  "recently)", extra={"clusterpeer": call.peer.name})
+        # The peer reaches us: after an outage it is back, so our own calls toward it (our renewal, our pull) are
+        # tried now rather than after the backoff they reached meanwhile.
+        self.pull_now(call.peer.name)
         # The peer calls with it at once: answer once this replica admits it (it keeps its previous one for the
         # replicas that have not caught up).
         await self.ctx.admitted(call.peer.name, issued[0])

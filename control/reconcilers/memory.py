@@ -91,4 +91,7 @@ class Memory:
         mem.notified_offer, mem.notify_failures, mem.notify_at = offer, 0, 0.0
 
     def pull_now(self, name: str) -> None:
-        self.get(name).pull_at = 0.0
+        """Pull at once: the peer called (a notify, a delivery, a renewal), so it is there; a pull that fails now
+        backs off from the shortest delay again, not from where an outage left the backoff."""
+        mem = self.get(name)
+        mem.pull_at, mem.sync_failures = 0.0, 0

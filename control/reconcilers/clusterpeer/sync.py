@@ -186,14 +186,17 @@ class Syncer:
             log.warning("renewed certificate refused", extra={"clusterpeer": obs.key, "error": exc.message})
             return values
 
+        before: list[str] = []
+
         def change(stored: dict[str, str]) -> dict[str, str] | None:
             # Written over what the Secret holds now, not over this pass's copy: the peer handlers write the same
             # Secret (the certificate we issue to the peer), and a renewal lost to that race would be asked for
             # again and again with a certificate the peer stops accepting.
             if stored.get("client.key") != values["client.key"]:
                 return None
-            held = stored.get("client.crt", "")
-            if held and not pki.needs_renewal(held, obs.now) and pki.not_after(held) >= pki.not_after(cert):
+            current = before[:] = [stored.get("client.crt", "")]
+            if current[0] and not pki.needs_renewal(current[0], obs.now) and \
+                    pki.not_after(current[0]) >= pki.not_after(cert):
                 return None
             return {**stored, "client.crt": cert}
 
@@ -204,6 +207,10 @@ class Syncer:
         if written is None or written.get("client.crt") != cert:
             return values if written is None else written
         mem.renew_error = None
+        if before == [cert]:
+            # An earlier pass stored it already (this one read a cache behind that write, and the peer answered
+            # the same certificate again): nothing was renewed now.
+            return written
         mem.previous_client_cert = held
         after_outage = not _in_force(held, obs.now)
         if after_outage:
