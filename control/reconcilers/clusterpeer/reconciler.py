@@ -245,4 +245,3 @@ class ClusterPeerReconciler:
             server_cert=selfcheck[1] if selfcheck else KEEP, invite=invite, offer=obs.offer, peer=peer,
             effectiveCapabilities=derived.capability_names, grants=derived.grants.status, access=access,
             pairedProjectsCount=derived.paired_count)
-

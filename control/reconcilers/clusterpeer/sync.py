@@ -84,6 +84,30 @@ def _in_force(cert_pem: str, now) -> bool:
         return False
 
 
+def _renew_in(cert_pem: str, now) -> float:
+    """Seconds until the certificate is due for renewal (0 when it is, or cannot be read)."""
+    try:
+        return max(0.0, (pki.renewal_time(cert_pem) - now).total_seconds())
+    except pki.PKIError:
+        return 0.0
+
+
+def _expiry(cert_pem: str) -> str:
+    try:
+        return format_time(pki.not_after(cert_pem))
+    except pki.PKIError:
+        return "an unknown time (the certificate cannot be read)"
+
+
+def _expired_at(cert_pem: str, now):
+    """When the certificate expired, if it has; None while it is valid or not yet, or cannot be read."""
+    try:
+        end = pki.not_after(cert_pem)
+    except pki.PKIError:
+        return None
+    return end if end < now else None
+
+
 class Syncer:
     def __init__(self, kube: KubeSession, client: PeerClient, memory: Memory, clock: Clock, *,
                  namespace: str, admits: Callable[[str, str], bool] = lambda clusterpeer, cert_pem: True) -> None:
@@ -106,7 +130,7 @@ class Syncer:
             # it is tried again with the backoff of a failed pull.
             reason, message = mem.renew_error
             if reason == cond.PEER_UNREACHABLE:
-                message = renewal.expired_meanwhile(message, format_time(pki.not_after(values["client.crt"])))
+                message = renewal.expired_meanwhile(message, _expiry(values["client.crt"]))
             mem.sync_error = (reason, message)
             mem.sync_failures += 1
             mem.pull_at = self.clock.monotonic() + self.memory.retry_after(mem.sync_failures)
@@ -118,7 +142,7 @@ class Syncer:
         if mem.pull_at <= self.clock.monotonic() or peer is None:
             peer = await self._pull(obs, mem, values, peer)
         wait = mem.pull_at - self.clock.monotonic()
-        renew_in = (pki.renewal_time(values["client.crt"]) - obs.now).total_seconds()
+        renew_in = _renew_in(values["client.crt"], obs.now)
         if renew_in > 0:
             wait = min(wait, renew_in)  # renewed at half of its lifetime, whatever the sync interval
         return SyncOutcome(values=values, peer=peer, error=mem.sync_error, undelivered=undelivered,
@@ -194,9 +218,9 @@ class Syncer:
             # again and again with a certificate the peer stops accepting.
             if stored.get("client.key") != values["client.key"]:
                 return None
-            current = before[:] = [stored.get("client.crt", "")]
-            if current[0] and not pki.needs_renewal(current[0], obs.now) and \
-                    pki.not_after(current[0]) >= pki.not_after(cert):
+            current = stored.get("client.crt", "")
+            before[:] = [current]
+            if current and not pki.needs_renewal(current, obs.now) and pki.not_after(current) >= pki.not_after(cert):
                 return None
             return {**stored, "client.crt": cert}
 
@@ -212,13 +236,13 @@ class Syncer:
             # the same certificate again): nothing was renewed now.
             return written
         mem.previous_client_cert = held
-        after_outage = not _in_force(held, obs.now)
-        if after_outage:
+        expired_at = _expired_at(held, obs.now)
+        if expired_at is not None:
             # Read before the pull of this pass moves it: the last successful sync is when the outage began.
-            mem.outage_note = renewal.outage_note(
-                renewal.last_contact(mem.last_sync, obs.status, _issue_times(held, values.get("issued.crt", ""))),
-                obs.now, pki.not_after(held), pki.not_after(cert))
-        log.info("client certificate renewed", extra={"clusterpeer": obs.key, "after_outage": after_outage})
+            contact = renewal.last_contact(mem.last_sync, obs.status, _issue_times(held, values.get("issued.crt", "")))
+            mem.outage_note = renewal.outage_note(contact, obs.now, expired_at, pki.not_after(cert))
+        log.info("client certificate renewed", extra={"clusterpeer": obs.key,
+                                                      "after_outage": expired_at is not None})
         return written
 
     async def _pull(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None) -> dict | None:
