@@ -35,12 +35,14 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow, pytest
 CAP = "configmaps-watcher"
 PROJECT = "shop"
 EGRESS = "peering-gateway.d8-peering.svc"
-#: Every certificate's lifetime, and how long a side stays away: ten times it.
-LIFETIME = 3.0
+#: Every certificate's lifetime, and how long a side stays away: ten times it. Five seconds leave a renewal at
+#: half of it two and a half seconds to complete, which a loaded machine needs (with three, a renewal answered a
+#: second late let a certificate expire in the steady state, which is then renewed "after an outage").
+LIFETIME = 5.0
 AWAY = 10 * LIFETIME
 #: By the end of the outage every client certificate has been expired for at least this long (it was renewed at
-#: most half a lifetime before the outage began).
-AWAY_EXPIRED = datetime.timedelta(seconds=AWAY - LIFETIME)
+#: most when the outage began, so it expired at most a lifetime after; a lifetime more of margin).
+AWAY_EXPIRED = datetime.timedelta(seconds=AWAY - 2 * LIFETIME)
 #: How often each side pulls the other's offer, and so retries a peer that did not answer, at most.
 SYNC_INTERVAL = 3.0
 NAMES = {"a": "to-b", "b": "to-a"}
