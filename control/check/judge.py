@@ -400,9 +400,9 @@ def lifetimes_line(f: Facts, container: dict) -> Line:
         if issued is not None:
             seen["client"] = (issued, "as the certificates issued to peers were")
     if not seen:
-        return warn("certificate lifetimes", "neither the Deployment nor a certificate of the module can be read "
-                                             "here", "run the check as an administrator who may read them",
-                    reason="Forbidden")
+        return warn("certificate lifetimes", "the Deployment and the module's certificates cannot be read with this "
+                                             "role (or there are none yet)", "run the check as an administrator who "
+                                             "may read them to see the lifetimes", reason="Forbidden")
     words = {"server": "entrance and egress certificates", "client": "client certificates issued to peers"}
     parts = [f"{words[k]} live {duration(v)} ({source})" for k, (v, source) in sorted(seen.items(), reverse=True)]
     return ok("certificate lifetimes", "; ".join(parts) + ". Each is renewed at half of its lifetime; a client "

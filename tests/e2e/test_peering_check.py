@@ -61,10 +61,13 @@ async def test_a_healthy_peering_checks_clean(lab):
     for cluster, peer in ((lab["a"], "to-b"), (lab["b"], "to-a")):
         text = await until_check(cluster, code=0)
         for name in ("leader", "entrance", "entrance certificate", "self-check", "dex", "dex client",
-                     "module certificates", "certificates",
+                     "module certificates", "certificate lifetimes", "certificates",
                      f"clusterpeer {peer}", "sync", "token exchange", "capabilities", "projects"):
             line(text, name, "✓")
         assert f"effective: {CAP}" in text and "1 paired: shop" in text
+        # No Deployment in the lab: the lifetimes as the certificates were issued (the defaults, 12 and 24 hours).
+        lifetimes = line(text, "certificate lifetimes", "✓")[0]
+        assert "entrance and egress certificates live 12h" in lifetimes and "issued to peers live 1d" in lifetimes
         # The lab serves no Deployments: the check says what it reads instead, and does not fail for it.
         assert line(text, "replicas", "!")[0].endswith("which only a running replica renews")
         code, raw = await check(cluster, "-o", "json")
@@ -122,7 +125,7 @@ async def test_the_viewer_role_is_told_what_it_cannot_read(lab):
     assert code == 0, "the viewer role sees a healthy peering as healthy"
     line(text, "clusterpeer to-b", "✓")
     assert "[Forbidden] the Lease d8-peering/peering cannot be read" in line(text, "leader", "!")[0]
-    for name in ("dex client", "module certificates", "certificates"):
+    for name in ("dex client", "module certificates", "certificate lifetimes", "certificates"):
         failing, fix = line(text, name, "!")
         assert "cannot be read with this role" in failing and "administrator" in fix
     assert token not in text
