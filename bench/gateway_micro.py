@@ -71,7 +71,8 @@ async def measure(requests: int, rounds: int = 5) -> float:
     state = GatewayState.open(config, Metrics(), Registry.empty())
     real_exchange = state.exchange
     peer = SimpleNamespace(name="peer", connector_id="peering-peer", effective=frozenset({"read"}),
-                           grants=frozenset({("read", "default")}))
+                           grants=frozenset({("read", "default")}),
+                           validity={"fp": (time.time() - 60, time.time() + 86400)})
     read = SimpleNamespace(accepted=True, consumers=frozenset({("mod", "controller")}))
     state.registry = SimpleNamespace(by_fingerprint={"fp": peer}, peers={"peer": peer},  # type: ignore[assignment]
                                      capabilities={"read": read})

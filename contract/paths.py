@@ -8,6 +8,10 @@ PEER_PREFIX = "/peering/v1/"
 PEER_OPS = {"offer": "GET", "notify": "POST", "credentials": "POST", "certificate": "POST"}
 """The peer-to-peer operations under PEER_PREFIX and the one method each accepts."""
 
+RENEWAL_OP = "certificate"
+"""The one operation a client certificate outside its validity period may call (docs/protocol.md §3): the renewal,
+whose TLS handshake proves possession of the peering's pinned key."""
+
 JOIN_PATH = "/v1/join"
 """The join endpoint on peering.<domain>, behind the Ingress."""
 

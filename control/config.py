@@ -116,7 +116,7 @@ class ControlSettings:
 
     client_cert_lifetime: float = 24 * 3600.0
     """Seconds a client certificate this cluster issues to a peer is valid; the peer renews it over the peering
-    once half of it passed. A peer unreachable for longer than the other half must be peered anew."""
+    once half of it passed, or, when it expired while the peer was away, once the peer is back."""
 
 
     @property

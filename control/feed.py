@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import datetime
 import inspect
 import logging
 from typing import Any, Callable, Protocol
@@ -21,6 +22,8 @@ from contract.names import (CA_SECRET, CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_KEY,
                             EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET, MANAGED_BY_SELECTOR, PEER_SECRET_PREFIX)
 from gateway.registry import Registry
 
+from control import pki
+from control.clock import SYSTEM, Clock
 from control.kube import CLUSTERPEERS, CONFIGMAPS, PEERINGCAPABILITIES, SECRETS
 from control.informers import Informers
 from control.watch import Informer, ObjectPoller
@@ -76,17 +79,32 @@ def build_registry(*, configmap: dict | None, clusterpeers: list[dict], secrets:
                                  peer_secrets=peer_secrets, capabilities=capabilities, generation=generation)
 
 
-def certificates_from(secrets: dict[str, dict]) -> ServingMaterial | None:
-    """The gateway's certificates from the TLS Secrets by name, or None while any part is missing (pure).
+def certificates_from(secrets: dict[str, dict], now: datetime.datetime | None = None) -> ServingMaterial | None:
+    """The gateway's certificates from the TLS Secrets by name, or None while any part is missing (pure), or,
+    given `now`, while a server certificate is outside its validity period.
 
     The CA the gateway trusts for client certificates is the one in `peering-ca`; the server Secrets' own
-    `ca.crt` may lag behind a CA rotation for a moment and is not used."""
+    `ca.crt` may lag behind a CA rotation for a moment and is not used. A process that starts after being away
+    longer than its server certificates live finds them expired: serving one would only make every peer's and
+    consumer's TLS fail, so none is loaded (handshakes are refused and /readyz says why, so a Service sends
+    elsewhere) until the leader has renewed it, which its first pass does."""
     entrance, egress, ca = (secrets.get(n) for n in (ENTRANCE_TLS_SECRET, EGRESS_TLS_SECRET, CA_SECRET))
     certs = ServingMaterial(_data(entrance, "tls.crt"), _data(entrance, "tls.key"), _data(ca, "tls.crt"),
                          _data(egress, "tls.crt"), _data(egress, "tls.key"))
     if not all(dataclasses.astuple(certs)):
         return None
+    if now is not None and (_outside(certs.entrance_cert_pem, now) or _outside(certs.egress_cert_pem, now)):
+        return None
     return certs
+
+
+def _outside(cert_pem: bytes, now: datetime.datetime) -> bool:
+    """Whether a readable certificate is outside its validity period (an unreadable one is the gateway's to
+    refuse, with its reason)."""
+    try:
+        return not pki.valid_at(cert_pem.decode(), now)
+    except (pki.PKIError, UnicodeDecodeError):
+        return False
 
 
 class Published:
@@ -135,10 +153,13 @@ class Feed:
     first publish of fully synced caches (the process's /readyz waits on it); `published` is what the sink was
     handed last."""
 
-    def __init__(self, informers: Informers, sink: Sink, namespace: str, *, coalesce: float = 0.05) -> None:
+    def __init__(self, informers: Informers, sink: Sink, namespace: str, *, coalesce: float = 0.05,
+                 clock: Clock = SYSTEM) -> None:
         self.sink = sink
         self.namespace = namespace
         self.coalesce = coalesce
+        self.clock = clock
+        self._held_back = False
         self.clusterpeers = informers.get(CLUSTERPEERS)
         self.secrets = informers.get(SECRETS, namespace=namespace, label_selector=MANAGED_BY_SELECTOR)
         self.capabilities = informers.get(PEERINGCAPABILITIES)
@@ -191,7 +212,12 @@ class Feed:
     async def publish_once(self) -> Registry:
         """Build the snapshot of the current caches, hand it to the sink, and reload changed certificates."""
         secrets = {(s.get("metadata") or {}).get("name", ""): s for s in self.secrets.items()}
-        certs = certificates_from(secrets)
+        certs = certificates_from(secrets, self.clock.now())
+        held_back = certs is None and certificates_from(secrets) is not None
+        if held_back and not self._held_back:
+            log.warning("a server certificate of the gateway is outside its validity period: not served; the "
+                        "leader renews it (the entrance and egress refuse handshakes until then)")
+        self._held_back = held_back
         if certs is not None and certs != self.certificates:
             await _maybe_await(self.sink.reload_certificates(**dataclasses.asdict(certs)))
             self.certificates = certs

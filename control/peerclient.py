@@ -35,6 +35,13 @@ class Answer:
     body: Any
     #: The peer's TLS stack refused our client certificate (alert unknown CA / bad or revoked certificate).
     refused_certificate: bool = False
+    #: Which alert refused it, when it says: "certificate_expired" (a peer whose module checks the dates in the
+    #: handshake, as before it renewed expired certificates) or "unknown_ca" (its CA is not the one that issued
+    #: ours); "" otherwise.
+    tls_alert: str = ""
+    #: Why we did not trust the peer's entrance certificate: "expired" (or not yet valid), "foreign" (not issued
+    #: by the CA this peering was made with), "other"; "" when it was not the reason.
+    untrusted_server: str = ""
 
     @property
     def ok(self) -> bool:
@@ -58,6 +65,21 @@ def peer_context(peer_ca_pem: str, client_cert_pem: str, client_key_pem: str) ->
 
 def _refused_cert(exc: BaseException) -> bool:
     return refused_certificate(exc) is not None
+
+
+def _alert(exc: BaseException) -> str:
+    text = f"{getattr(exc, 'reason', '')} {exc}".upper()
+    return "certificate_expired" if "CERTIFICATE_EXPIRED" in text else "unknown_ca" if "UNKNOWN_CA" in text else ""
+
+
+#: OpenSSL's verify results (x509_vfy.h) that say why a server certificate was not trusted.
+_SERVER_DATES = frozenset({9, 10})  # X509_V_ERR_CERT_NOT_YET_VALID, X509_V_ERR_CERT_HAS_EXPIRED
+_SERVER_FOREIGN = frozenset({2, 18, 19, 20, 21})  # no issuer here, self-signed, not signed by the trusted CA
+
+
+def _untrusted(exc: BaseException) -> str:
+    code = getattr(exc, "verify_code", None)
+    return "expired" if code in _SERVER_DATES else "foreign" if code in _SERVER_FOREIGN else "other"
 
 
 def _detail(exc: BaseException) -> str:
@@ -114,13 +136,16 @@ class PeerClient:
         except asyncio.CancelledError:
             raise
         except aiohttp.ClientConnectorCertificateError as exc:
-            return Answer(None, f"the server's certificate is not trusted: {_detail(exc.certificate_error)}")
+            return Answer(None, f"the server's certificate is not trusted: {_detail(exc.certificate_error)}",
+                          untrusted_server=_untrusted(exc.certificate_error))
         except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
-            return Answer(None, f"TLS failed: {_detail(exc)}", refused_certificate=_refused_cert(exc))
+            return Answer(None, f"TLS failed: {_detail(exc)}", refused_certificate=_refused_cert(exc),
+                          tls_alert=_alert(exc))
         except aiohttp.ClientOSError as exc:
             # A TLS 1.3 server refuses a client certificate after the client's handshake is done: it surfaces as
             # an SSL error (or a reset) on the first read.
-            return Answer(None, f"connection failed: {_detail(exc)}", refused_certificate=_refused_cert(exc))
+            return Answer(None, f"connection failed: {_detail(exc)}", refused_certificate=_refused_cert(exc),
+                          tls_alert=_alert(exc))
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             return Answer(None, f"no answer: {_detail(exc) if not isinstance(exc, asyncio.TimeoutError) else 'timeout'}")
 

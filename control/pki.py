@@ -28,8 +28,8 @@ CA_LIFETIME = timedelta(days=3650)
 #: a leader that was down longer only means a new certificate at once when it is back.
 SERVER_CERT_LIFETIME = timedelta(hours=12)
 #: A peer's client certificate: hours, renewed by the peer over the mTLS channel once half of it passed. A peer that
-#: cannot reach us for longer than the other half lets it expire, and an expired certificate is refused at the
-#: handshake, so the peering must then be established anew (docs/operations.md weighs this).
+#: cannot reach us for longer than the other half lets it expire; an expired one admits nothing but its own renewal,
+#: for the same key, once the peer is back (docs/protocol.md §3.1 weighs this).
 CLIENT_CERT_LIFETIME = timedelta(hours=24)
 #: Backdating tolerates clocks of peers that run a little behind ours (at most a tenth of a short lifetime).
 BACKDATE = timedelta(minutes=5)
@@ -112,6 +112,12 @@ def load_certs(bundle_pem: str | bytes) -> list[x509.Certificate]:
     except (ValueError, x509.InvalidVersion) as exc:
         raise PKIError("NotACertificate", f"expected PEM certificates, could not parse them: {exc}") from None
     return certs
+
+
+def newest(bundle_pem: str) -> str:
+    """The first certificate of a bundle as PEM (of `issued.crt`: the newest, the one in force); PKIError when
+    there is none."""
+    return _pem(load_cert(bundle_pem))
 
 
 def _load_key(key_pem: str) -> ec.EllipticCurvePrivateKey:
@@ -371,6 +377,14 @@ def valid_at(cert_pem: str, now: datetime) -> bool:
 def not_after(cert_pem: str) -> datetime:
     """When the (first) certificate of the PEM text expires."""
     return load_cert(cert_pem).not_valid_after_utc
+
+
+def issued_at(cert_pem: str) -> datetime:
+    """When the (first) certificate of the PEM text was issued: its notBefore undone of the backdating."""
+    cert = load_cert(cert_pem)
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    # notBefore = issue - min(BACKDATE, lifetime / 10), notAfter = issue + lifetime: undone from the span.
+    return start + min(BACKDATE, (end - start) / 11)
 
 
 def renewal_time(cert_pem: str) -> datetime:

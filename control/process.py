@@ -66,7 +66,8 @@ class Runtime:
         self.handlers = handlers or Handlers()
         self.informers = Informers(kube, watch_timeout=settings.kube.watch_timeout,
                                    optional_recheck=settings.control.optional_api_interval)
-        self.feed = Feed(self.informers, gateway, settings.kube.namespace, coalesce=settings.control.feed_coalesce)
+        self.feed = Feed(self.informers, gateway, settings.kube.namespace, coalesce=settings.control.feed_coalesce,
+                         clock=clock)
         self.ctx = Context(settings, kube, self.informers, self.handlers, clock=clock, published=self.feed.published)
         # What a ClusterPeer announces waits for the registry that serves it (control/rules/access.py): a publish
         # that changes a peer queues its ClusterPeer again.

@@ -9,8 +9,8 @@
 `admit_entrance` and `admit_egress` do no I/O: they answer `Admitted` (the upstream head is ready), or what must
 be waited for first (`NeedsExchange`: a Dex exchange not in the cache; `NeedsReview`: a TokenReview), or raise
 the `Refusal` of the first rule that fails; the connection's `ClientState` then says which peer and capabilities
-label the answer. `complete` waits for that through the state's caches, `upstream_refusal` says what a failed
-upstream means to the client, `closes_connection` which refusals end the connection. A fast path calls these;
+label the answer. `complete` waits for that through the state's caches (what a failed upstream means to the
+client is `status.upstream_refusal`), `closes_connection` says which refusals end the connection. A fast path calls these;
 none re-implements a rule.
 """
 
@@ -24,7 +24,7 @@ from urllib.parse import unquote_to_bytes
 from contract import reasons
 from contract.errors import Refusal
 from contract.names import audience
-from contract.paths import EGRESS_PREFIX, PEER_OPS, PEER_PREFIX
+from contract.paths import EGRESS_PREFIX, PEER_OPS, PEER_PREFIX, RENEWAL_OP
 from gateway import catchup
 from gateway.headers import Fields, bearer, request_head, screen_request
 from gateway.registry import Peer
@@ -33,7 +33,6 @@ from gateway.status import unknown_certificate
 from gateway.authority import Authority
 from gateway.consumers import service_account
 from gateway.tokens import VerifiedToken, check_expiry, claims_expiry, expired, unverified_claims
-from gateway.upstream import CERTIFICATE_REFUSED, UpstreamError
 
 _EGRESS_PREFIX = EGRESS_PREFIX.encode()
 
@@ -148,6 +147,28 @@ def known_peer(state: GatewayState, fingerprint: str | None) -> str:
     return "-" if peer is None else peer.name
 
 
+def certificate_in_force(peer: Peer, fingerprint: str | None, now: float) -> float:
+    """The notAfter (Unix seconds) of the peer's client certificate `fingerprint`, or the Refusal of a certificate
+    outside its validity period. The entrance's TLS accepts a certificate of our CA whatever its dates (tls.py), so
+    that an expired one can still prove possession of its key for the renewal; everywhere else its dates are
+    checked here, against the registry's copy of them (no certificate is parsed per request)."""
+    not_before, not_after = peer.validity.get(fingerprint or "", (float("inf"), float("-inf")))
+    if now > not_after:
+        raise Refusal(401, reasons.CERTIFICATE_EXPIRED, f"the client certificate of peering {peer.name} expired at "
+                      f"{_utc(not_after)}: it admits nothing but its own renewal (POST {PEER_PREFIX}{RENEWAL_OP}), "
+                      "which the peer's module makes by itself as soon as it reaches this cluster; if this lasts, "
+                      "run `d8 k peering check` on the peer's cluster")
+    if now < not_before:
+        raise Refusal(401, reasons.CERTIFICATE_NOT_YET_VALID, f"the client certificate of peering {peer.name} is not "
+                      f"valid before {_utc(not_before)}: it admits nothing but its own renewal, which the peer's "
+                      "module makes by itself; the clock of this cluster or of the peer's is wrong, fix the clocks")
+    return not_after
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds)) if abs(seconds) < 1e11 else "?"
+
+
 def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | None, method: bytes, target: bytes,
                    fields: Fields, length: int | None = None, chunked: bool = False) -> Admitted | NeedsExchange:
     """Admit a request of a peer's consumer to this cluster's API server, or raise the Refusal of the first rule
@@ -163,6 +184,8 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
         return _certificate_coming(state, refusal, fingerprint, lambda: admit_entrance(
             state, client, fingerprint, method, target, fields, length, chunked), b"watch" in target and is_watch(target))
     client.peer = peer.name
+    now = time.time()
+    certificate_until = certificate_in_force(peer, fingerprint, now)
     forward, auth, client.close = screen_request(fields)
     _check_body(length, limits.max_body_bytes)
     if auth is not None and auth == client.last_auth:
@@ -171,7 +194,6 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
         token = bearer(auth.decode("latin-1") if auth is not None else None, limits.max_token_bytes)
         token_hash = hashlib.sha256(token.encode()).digest()
         client.last_auth = b""
-    now = time.time()
     tokens = state.tokens
     verified = tokens.get(token_hash)
     if verified is None or verified.peer != peer.name:
@@ -194,8 +216,9 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
         client.last_auth, client.last_token_hash = auth, token_hash
     if verified is not client.last_verified:  # the capabilities label, joined once per token, not per request
         client.last_verified, client.last_capabilities = verified, ",".join(sorted(verified.capabilities))
+        # A stream ends when its token or the client certificate it came with stops admitting it.
         client.authority = Authority(peer.name, verified.capabilities, service_account(verified.subject),
-                                     verified.expires)
+                                     min(verified.expires, certificate_until))
     client.capabilities = client.last_capabilities
     watch = b"watch" in target and is_watch(target)
     upstream_target = state.api_prefix + target
@@ -221,19 +244,24 @@ def _certificate_coming(state: GatewayState, refusal: Refusal, fingerprint: str 
     return catchup.NeedsRegistry(refusal, registry.generation, again, watch, state.loop.time() + limits.registry_catch_up)
 
 
-def admit_peer_call(state: GatewayState, client: ClientState, fingerprint: str | None, method: str, target: str
-                    ) -> "tuple[Peer, str] | catchup.NeedsRegistry":
+def admit_peer_call(state: GatewayState, client: ClientState, fingerprint: str | None, method: str, target: str,
+                    now: float | None = None) -> "tuple[Peer, str] | catchup.NeedsRegistry":
     """A call of the peer protocol (`target` under /peering/v1/): the calling peer and the operation, or the wait
-    for a registry that knows the calling certificate (a joiner delivers its half at once after the join)."""
+    for a registry that knows the calling certificate (a joiner delivers its half at once after the join). `now`
+    (Unix seconds) is the time the certificate's dates are judged at: the clock's, unless given."""
     client.begin()
     try:
         peer = entrance_peer(state, fingerprint)
     except Refusal as refusal:
         return _certificate_coming(state, refusal, fingerprint,
-                                   lambda: admit_peer_call(state, client, fingerprint, method, target), False)
+                                   lambda: admit_peer_call(state, client, fingerprint, method, target, now), False)
     client.peer = peer.name
     op = target[len(PEER_PREFIX):].split("?", 1)[0]
     expected = PEER_OPS.get(op)
+    if op != RENEWAL_OP or method != expected:
+        # The renewal is the one call a certificate outside its validity period may make: its handshake proved
+        # possession of the key the peering pinned, and the answer is a certificate for that key only.
+        certificate_in_force(peer, fingerprint, time.time() if now is None else now)
     if expected is None:
         raise Refusal(404, reasons.UNKNOWN_OPERATION, f"{PEER_PREFIX}{op[:40]} is not a peering operation; this "
                       f"gateway serves {', '.join(sorted(PEER_OPS))}")
@@ -365,22 +393,6 @@ def _no_effective(peer: Peer) -> Refusal:
                    "open one in spec.capabilities on both clusters")
 
 
-def upstream_refusal(err: UpstreamError, peering: str | None = None) -> Refusal:
-    """What a failed upstream (kube-apiserver, or the entrance of the peer of `peering` for the egress) means to the
-    client: a peer's entrance refusing our client certificate is PeerRefusedCertificate, as the ClusterPeer says."""
-    if err.kind == CERTIFICATE_REFUSED and peering is not None:
-        todo = ("it expired (the peer was unreachable for longer than its lifetime, or a clock is wrong), so the "
-                "peering must be established anew" if "EXPIRED" in err.detail else
-                "the peer has probably revoked the peering, so the ClusterPeer is to be deleted here too")
-        return Refusal(503, reasons.PEER_REFUSED_CERTIFICATE, f"the peer's entrance refuses this cluster's client "
-                       f"certificate of peering {peering} (TLS alert {err.detail.lower()}): its ClusterPeer says "
-                       f"PeerRefusedCertificate, and its Ready message tells the administrator what to do: {todo}")
-    if err.kind == "connect":
-        return Refusal(503, reasons.UPSTREAM_UNAVAILABLE, f"the upstream API server cannot be reached "
-                       f"({err.detail}); retry later")
-    return Refusal(502, reasons.UPSTREAM_FAILED, f"the upstream API server failed the request ({err.detail}); retry")
-
-
 def not_held(authority: Authority | None) -> Refusal:
     """Why a request admitted a moment ago goes no further (`OpenStreams.add` would not hold it): its token expired
     while it waited for Dex, a review or a connection, or a newer registry withdrew what admitted it."""
@@ -396,10 +408,15 @@ def withdrawn() -> Refusal:
                    "effectiveCapabilities and the PeeringCapability's consumers")
 
 
+_CLOSING = frozenset({reasons.PEER_UNKNOWN, reasons.CERTIFICATE_EXPIRED, reasons.CERTIFICATE_NOT_YET_VALID,
+                      reasons.UPGRADE_REFUSED})
+
+
 def closes_connection(refusal: Refusal) -> bool:
-    """Refusals after which the client's connection is closed: a revoked peer has nothing more to send, and after a
-    refused upgrade the client may already be sending the upgraded protocol."""
-    return refusal.reason in (reasons.PEER_UNKNOWN, reasons.UPGRADE_REFUSED)
+    """Refusals after which the client's connection is closed: a revoked peer, or a certificate outside its
+    validity period, has nothing more to send on it, and after a refused upgrade the client may already be sending
+    the upgraded protocol."""
+    return refusal.reason in _CLOSING
 
 
 def is_watch(target: bytes) -> bool:

@@ -23,12 +23,12 @@ from contract.errors import Refusal
 from contract.paths import PEER_PREFIX
 from gateway.accounting import ANSWERED, CLIENT_CLOSED, CLIENT_CLOSED_CODE, INTERRUPTED, REFUSED, WITHDRAWN
 from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entrance, closes_connection, complete,
-                               known_peer, not_held, upstream_refusal)
+                               known_peer, not_held)
 from gateway.authority import request_namespace
 from gateway.framing import HANDOVER, NEED_DATA, UNTIL_CLOSE, Request, RequestHeadReader, ResponseHead
 from gateway.relay import Relay
 from gateway.state import GatewayState
-from gateway.status import status_answer
+from gateway.status import status_answer, upstream_refusal
 from gateway.tls import connection_ended
 from gateway.upstream import UpstreamError
 

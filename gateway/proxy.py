@@ -11,9 +11,10 @@ from aiohttp import web
 from contract import reasons
 from contract.errors import Refusal
 from gateway.accounting import CLIENT_CLOSED, INTERRUPTED, Outcome
-from gateway.admission import Admitted, upstream_refusal
+from gateway.admission import Admitted
 from gateway.framing import LENGTH, ResponseHead
 from gateway.state import GatewayState
+from gateway.status import upstream_refusal
 from gateway.upstream import BodyStream, UpstreamError, UpstreamPool
 
 log = logging.getLogger("gateway")

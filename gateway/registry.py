@@ -48,11 +48,16 @@ class Peer:
     client_cert_pem: bytes | None
     client_key_pem: bytes | None
     opened: frozenset[str] = frozenset()
+    """spec.capabilities of the ClusterPeer here: what the administrator opened, effective or not yet. A refusal
+    for an opened capability that is not effective yet may be a registry behind the status (catchup.py)."""
     grants: frozenset[tuple[str, str]] | None = None
     """status.grants as (capability, namespace) pairs: where the peer's consumers hold access here; None when the
     status has none yet. An open stream in a namespace that leaves it is closed (authority.py)."""
-    """spec.capabilities of the ClusterPeer here: what the administrator opened, effective or not yet. A refusal
-    for an opened capability that is not effective yet may be a registry behind the status (catchup.py)."""
+    validity: Mapping[str, tuple[float, float]] = field(default_factory=dict, compare=False)
+    """(notBefore, notAfter) in Unix seconds of each certificate of `fingerprints`, read once when the registry is
+    built: the entrance accepts a certificate of our CA at the handshake whatever its dates, and admission refuses
+    one outside them everything but the renewal (docs/protocol.md §3). Derived from the certificates, so it is
+    left out of comparisons (the fingerprints compare)."""
 
 
 @dataclass(frozen=True)
@@ -162,8 +167,8 @@ def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:
     issued = _b64(data.get("issued.crt"))
     if not issued:
         return None
-    fingerprints = frozenset(cert_fingerprints(issued))
-    if not fingerprints:
+    validity = cert_validity(issued)
+    if not validity:
         return None
     status = clusterpeer.get("status") if isinstance(clusterpeer.get("status"), dict) else {}
     peer_status = status.get("peer") if isinstance(status.get("peer"), dict) else {}
@@ -179,7 +184,7 @@ def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:
     return Peer(
         name=name,
         uuid=str(uuid),
-        fingerprints=fingerprints,
+        fingerprints=frozenset(validity),
         issuer_url=issuer_url,
         jwks_json=jwks,
         effective=effective_set,
@@ -190,6 +195,7 @@ def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:
         client_key_pem=_b64(data.get("client.key")) or None,
         opened=opened_set,
         grants=_grants(status.get("grants")),
+        validity=validity,
     )
 
 
@@ -220,13 +226,24 @@ def capability_from_object(obj: dict) -> LocalCapability | None:
                            consumers=frozenset(consumers), accepted=accepted)
 
 
-def cert_fingerprints(pem: bytes) -> list[str]:
-    """SHA-256 (lower hex) of the DER of every certificate in a PEM bundle; unparsable input gives none."""
+def _certificates(pem: bytes) -> list[x509.Certificate]:
     try:
-        certs = x509.load_pem_x509_certificates(pem)
+        return x509.load_pem_x509_certificates(pem)
     except ValueError:
         return []
-    return [hashlib.sha256(c.public_bytes(Encoding.DER)).hexdigest() for c in certs]
+
+
+def cert_fingerprints(pem: bytes) -> list[str]:
+    """SHA-256 (lower hex) of the DER of every certificate in a PEM bundle; unparsable input gives none."""
+    return [hashlib.sha256(c.public_bytes(Encoding.DER)).hexdigest() for c in _certificates(pem)]
+
+
+def cert_validity(pem: bytes) -> dict[str, tuple[float, float]]:
+    """{fingerprint: (notBefore, notAfter) in Unix seconds} of every certificate in a PEM bundle, in its order;
+    unparsable input gives none."""
+    return {hashlib.sha256(c.public_bytes(Encoding.DER)).hexdigest(): (c.not_valid_before_utc.timestamp(),
+                                                                      c.not_valid_after_utc.timestamp())
+            for c in _certificates(pem)}
 
 
 def _get(obj: Any, *path: str) -> Any:

@@ -6,6 +6,7 @@ import json
 
 from contract import reasons
 from contract.errors import Refusal
+from gateway.upstream import CERTIFICATE_REFUSED, UpstreamError
 
 
 def unknown_certificate() -> Refusal:
@@ -42,3 +43,26 @@ def status_answer(code: int, reason: str, message: str, *, close: bool = False,
         b"Retry-After: %d\r\n" % retry_after if retry_after is not None else b"")
     return b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s" % (
         code, _PHRASES.get(code, b"Error"), len(body), extra, body)
+
+
+def upstream_refusal(err: UpstreamError, peering: str | None = None) -> Refusal:
+    """What a failed upstream (kube-apiserver, or the entrance of the peer of `peering` for the egress) means to the
+    client: a peer's entrance refusing our client certificate is PeerRefusedCertificate, as the ClusterPeer says
+    (its Ready message, rules/renewal.py, says the same for the same alert)."""
+    if err.kind == CERTIFICATE_REFUSED and peering is not None:
+        if "EXPIRED" in err.detail:
+            todo = ("it expired while the peers were apart, and the peer's entrance checks its dates in the handshake "
+                    "(a module older than this one, which cannot renew it after an outage): update the module there, "
+                    "or establish the peering anew")
+        elif "UNKNOWN_CA" in err.detail:
+            todo = ("the peer no longer trusts this cluster's peering CA (its module was disabled and enabled again): "
+                    "establish the peering anew on both clusters")
+        else:
+            todo = "the peer has probably revoked the peering, so the ClusterPeer is to be deleted here too"
+        return Refusal(503, reasons.PEER_REFUSED_CERTIFICATE, f"the peer's entrance refuses this cluster's client "
+                       f"certificate of peering {peering} (TLS alert {err.detail.lower()}): its ClusterPeer says "
+                       f"PeerRefusedCertificate, and its Ready message tells the administrator what to do: {todo}")
+    if err.kind == "connect":
+        return Refusal(503, reasons.UPSTREAM_UNAVAILABLE, f"the upstream API server cannot be reached "
+                       f"({err.detail}); retry later")
+    return Refusal(502, reasons.UPSTREAM_FAILED, f"the upstream API server failed the request ({err.detail}); retry")

@@ -48,6 +48,8 @@ _SSL_CTRL_SET_SESS_CACHE_MODE = 44
 _SSL_CTRL_GET_SESS_CACHE_MODE = 45
 SSL_MODE_NO_AUTO_CHAIN = 0x8
 SSL_SESS_CACHE_OFF = 0x0
+#: X509_V_FLAG_NO_CHECK_TIME (x509_vfy.h), which Python's ssl.VerifyFlags does not name but passes to OpenSSL.
+VERIFY_NO_CHECK_TIME = 0x200000
 
 
 class _OpenSSL:
@@ -242,6 +244,12 @@ def server_context(cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes | None)
             ctx.load_verify_locations(cadata=client_ca_pem.decode())
         except (ssl.SSLError, UnicodeDecodeError):
             raise ValueError("the peering CA bundle is not a PEM certificate") from None
+        # A client certificate's validity period is not checked in the handshake (chain and signature are): a
+        # handshake with an expired certificate of ours still proves, by its CertificateVerify over both fresh
+        # randoms, possession of the key, which is what the renewal after an outage needs. Admission checks the
+        # dates on every request and call (admission.certificate_in_force): such a certificate admits the
+        # renewal and nothing else. With no resumption (above), every connection is such a full handshake.
+        ctx.verify_flags |= VERIFY_NO_CHECK_TIME
     return ctx
 
 

@@ -59,6 +59,8 @@ READY = {
     "InvalidSpec": "fix the spec as the message says",
     "CredentialsFromOtherCA": "the module was disabled and enabled again: delete this ClusterPeer and "
         "establish the peering anew on both clusters",
+    reasons.KEY_MISMATCH: "restore the Secret d8-peering/peer-<name> with the key the peering was made with (from "
+        "a backup of it), or delete the ClusterPeer on both clusters and establish the peering anew",
 }
 
 TOKEN_EXCHANGE = {
@@ -108,9 +110,14 @@ CONSUMER = {
 }
 
 
-EXPIRED_CLIENT_CERTIFICATE = ("our client certificate can no longer be renewed over the peering: check the clocks "
-                              "of both clusters; if they are right, delete the ClusterPeer on both clusters and "
-                              "establish the peering anew")
+EXPIRED_WHILE_AWAY = ("nothing but the peer's return: our certificate expired while the peer was unreachable and "
+                      "is renewed over the peering as soon as it answers again (see the sync line); if the peer "
+                      "is up, check that this cluster reaches its peering-gateway.<domain> and that both clocks "
+                      "are right")
+PEER_HAS_ANOTHER_CA = ("the other cluster's module was disabled and enabled again: delete this ClusterPeer and "
+                       "establish the peering anew on both clusters")
+PEER_CHECKS_DATES = ("update the module on the other cluster: its version refuses an expired certificate in the "
+                     "handshake; the peering then resumes by itself")
 
 
 def ready_fix(reason: str) -> str:

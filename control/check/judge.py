@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import datetime
 
+from contract import reasons
 from contract.names import CA_SECRET, EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET
 from control import pki
 from control.check.cluster import DEPLOYMENT, FORBIDDEN, MISSING, UNSERVED, Facts, Read
 from control.check.report import Line, fail, ok, warn
+from control.config import ControlSettings
 from control.connstring import format_time
 from control.rules import conditions as cond
 from control.rules import credentials as creds
@@ -294,8 +296,67 @@ def module_certificates_line(f: Facts) -> Line:
     message = "; ".join(parts)
     if worst == "expired":
         return fail("module certificates", message, "the leader renews them: see the leader line and its log",
-                    reason="CertificateExpired")
+                    reason=reasons.CERTIFICATE_EXPIRED)
     if worst == "overdue":
         return warn("module certificates", message, "the leader renews them: see the leader line and its log",
                     reason="RenewalOverdue")
     return ok("module certificates", message)
+
+
+#: The ModuleConfig's settings of the lifetimes and the process's environment variables the Deployment sets them in.
+LIFETIME_SETTINGS = (("server", "serverCertificateLifetimeSeconds", "PEERING_SERVER_CERT_LIFETIME",
+                      "--server-cert-lifetime"),
+                     ("client", "clientCertificateLifetimeSeconds", "PEERING_CLIENT_CERT_LIFETIME",
+                      "--client-cert-lifetime"))
+
+
+def _configured(container: dict, env_name: str, flag: str) -> float | None:
+    args = [str(a) for a in container.get("args") or []]
+    env = {e.get("name"): e.get("value") for e in container.get("env") or [] if isinstance(e, dict)}
+    text = args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else env.get(env_name)
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and value > 0 else None
+
+
+def _issued_for(pem: str | None) -> float | None:
+    """How long a certificate was issued for (seconds), from its dates; None when there is none to read."""
+    if not pem:
+        return None
+    try:
+        return (pki.not_after(pem) - pki.issued_at(pem)).total_seconds()
+    except pki.PKIError:
+        return None
+
+
+def lifetimes_line(f: Facts, container: dict) -> Line:
+    """The certificate lifetimes this cluster works with: as the Deployment runs the process (the ModuleConfig's
+    settings), else as the certificates it issued show them."""
+    defaults = {"server": ControlSettings.server_cert_lifetime, "client": ControlSettings.client_cert_lifetime}
+    seen: dict[str, tuple[float, str]] = {}
+    for kind, setting, env_name, flag in LIFETIME_SETTINGS:
+        value = _configured(container, env_name, flag)
+        if value is not None:
+            seen[kind] = (value, f"{setting} of ModuleConfig peering, through the Deployment")
+        elif container:
+            seen[kind] = (defaults[kind], f"the default; set {setting} in ModuleConfig peering to change it")
+    if "server" not in seen:
+        issued = _issued_for(creds.secret_values(f.module_secrets.get(ENTRANCE_TLS_SECRET, Read(UNSERVED)).obj)
+                             .get("tls.crt"))
+        if issued is not None:
+            seen["server"] = (issued, "as the entrance certificate was issued")
+    if "client" not in seen:
+        newest = [_issued_for(creds.secret_values(r.obj).get("issued.crt")) for r in f.peer_secrets.values() if r.ok]
+        issued = next((s for s in newest if s is not None), None)
+        if issued is not None:
+            seen["client"] = (issued, "as the certificates issued to peers were")
+    if not seen:
+        return warn("certificate lifetimes", "the Deployment and the module's certificates cannot be read with this "
+                                             "role (or there are none yet)", "run the check as an administrator who "
+                                             "may read them to see the lifetimes", reason="Forbidden")
+    words = {"server": "entrance and egress certificates", "client": "client certificates issued to peers"}
+    parts = [f"{words[k]} live {duration(v)} ({source})" for k, (v, source) in sorted(seen.items(), reverse=True)]
+    return ok("certificate lifetimes", "; ".join(parts) + ". Each is renewed at half of its lifetime; a client "
+              "certificate that expires while its peer is unreachable is renewed once the peer is back")

@@ -6,6 +6,7 @@ the paired projects.
 
 from __future__ import annotations
 
+from contract import reasons
 from control import pki
 from control.check import fixes
 from control.check.cluster import FORBIDDEN, MISSING, Facts, Read
@@ -13,6 +14,7 @@ from control.check.judge import ago, certificate_text
 from control.check.report import Line, fail, ok, warn
 from control.rules import conditions as cond
 from control.rules import credentials as creds
+from control.rules import renewal
 from control.rules.events import PROGRESS, duration
 from control.rules.invite import parse_time
 
@@ -43,8 +45,11 @@ def state_line(f: Facts, cp: dict) -> Line:
 
 
 def _fix(reason: str, message: str) -> str:
-    if reason == cond.PEER_REFUSED_CERTIFICATE and "certificate toward the peer expired" in message:
-        return fixes.EXPIRED_CLIENT_CERTIFICATE
+    if reason == cond.PEER_REFUSED_CERTIFICATE:
+        for said, fix in ((renewal.PEER_HAS_ANOTHER_CA, fixes.PEER_HAS_ANOTHER_CA),
+                          (renewal.PEER_CHECKS_DATES, fixes.PEER_CHECKS_DATES)):
+            if message.startswith(said):
+                return fix
     return fixes.ready_fix(reason)
 
 
@@ -133,13 +138,19 @@ def certificates_line(f: Facts, cp: dict, secret: Read) -> Line:
         parts.append(f"{whose} {text}")
         states.append((state, key))
     message = "; ".join(parts) or "no certificate yet"
+    ready = _ready(cp)
     if ("expired", "client.crt") in states:
-        return fail("certificates", message, fixes.EXPIRED_CLIENT_CERTIFICATE, reason="CertificateExpired",
-                    peer=name)
+        if ready.get("reason") == cond.PEER_UNREACHABLE:
+            # The outage outlasted it: renewed over the peering once the peer answers again (rules/renewal.py).
+            return warn("certificates", message, fixes.EXPIRED_WHILE_AWAY, reason=reasons.CERTIFICATE_EXPIRED,
+                        peer=name)
+        return fail("certificates", message, _fix(ready.get("reason", ""), ready.get("message", "")),
+                    reason=reasons.CERTIFICATE_EXPIRED, peer=name)
     if ("expired", "issued.crt") in states:
-        return fail("certificates", message, "the other cluster can no longer reach this one: its module did not "
-                                             "renew in time (unreachable, or its clocks); establish the peering "
-                                             "anew on both clusters", reason="CertificateExpired", peer=name)
+        return warn("certificates", message, "the other cluster has not renewed the certificate this cluster issued "
+                                             "to it: it is renewed once that cluster's module reaches this one "
+                                             "again; if that cluster is up, run `d8 k peering check` there",
+                    reason=reasons.CERTIFICATE_EXPIRED, peer=name)
     if any(state == "overdue" for state, _ in states):
         return warn("certificates", message, "a renewal keeps failing: see the sync line; renewals go over the "
                                              "peering and need the peer reachable", reason="RenewalOverdue", peer=name)

@@ -144,7 +144,7 @@ async def _check(options: Options, kube: KubeSession, report: Report, clock: Clo
                    *dex_lines.user_authn_lines(f, dex, dex_answer, token, dex_client_id(namespace=options.namespace)))
     else:
         answers = await pulls
-    report.add(judge.module_certificates_line(f))
+    report.add(judge.module_certificates_line(f), judge.lifetimes_line(f, _container(f)))
     pulled = {cp["metadata"]["name"]: answer for cp, answer in zip(selected, answers)}
     if options.peer and not selected:
         report.add(fail(f"clusterpeer {options.peer}", f"there is no ClusterPeer {options.peer}",

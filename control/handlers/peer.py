@@ -35,8 +35,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("peering.control.peer")
 
 
-#: Certificates issued to one peer that stay accepted at once: the newest and those before it, until they expire.
-#: With renewal at half of the lifetime two are valid at a time; the third covers a renewal answered but lost.
+#: Certificates issued to one peer that stay known at once: the newest and the two before it. With renewal at half
+#: of the lifetime two are valid at a time; the third covers a renewal answered but lost. One that has expired stays
+#: until renewals push it out: it admits nothing but the renewal (gateway/admission.py), so a peer whose renewal
+#: answer was lost after an outage can ask again with the certificate it still holds.
 KEEP_ISSUED = 3
 
 
@@ -97,11 +99,12 @@ class PeerHandlers:
             key_fp = pki.public_key_fingerprint(pki.csr_for_key(values["client.key"], own_uuid))
             try:
                 cert = join_rules.check_credentials(call.body, own_key_fingerprint=key_fp, own_uuid=own_uuid,
-                                                    peer_ca_pem=values["peer-ca.crt"], now=self.ctx.clock.now())
+                                                    peer_ca_pem=values["peer-ca.crt"], now=self.ctx.clock.now(),
+                                                    expired_ok=True)
             except join_rules.JoinError as exc:
                 raise _bad(exc) from None
-            if values.get("client.crt") == cert:
-                return None  # delivered before: idempotent
+            if values.get("client.crt") == cert or _outlasts(values.get("client.crt", ""), cert):
+                return None  # delivered before (idempotent), or renewed since: a delivery never takes one back
             return {**values, "client.crt": cert}
 
         await self._update_secret(call.peer.name, change)
@@ -133,15 +136,27 @@ class PeerHandlers:
             cert = pki.issue_client_cert(ca, csr, values.get("peer-uuid") or call.peer.uuid, now=now,
                                          lifetime=self.ctx.settings.control.client_lifetime)
             issued[:], fresh[:] = [cert], [True]
-            # Every earlier certificate stays accepted until it expires (at most KEEP_ISSUED in all), so the one
-            # the peer holds keeps working while it stores the new one, and its open connections too.
-            keep = [c for c in current if pki.valid_at(c, now)][:KEEP_ISSUED - 1]
-            return {**values, "issued.crt": "".join([cert, *keep])}
+            # The earlier certificates stay known (at most KEEP_ISSUED in all), so the one the peer holds keeps
+            # working while it stores the new one, and its open connections too, until each expires; an expired
+            # one keeps only the right to ask for this renewal again.
+            return {**values, "issued.crt": "".join([cert, *current[:KEEP_ISSUED - 1]])}
 
         await self._update_secret(call.peer.name, change)
         log.info("client certificate renewed for peer" if fresh[0] else "client certificate answered again (renewed "
                  "recently)", extra={"clusterpeer": call.peer.name})
+        # The peer reaches us: after an outage it is back, so our own calls toward it (our renewal, our pull) are
+        # tried now rather than after the backoff they reached meanwhile.
+        self.pull_now(call.peer.name)
         # The peer calls with it at once: answer once this replica admits it (it keeps its previous one for the
         # replicas that have not caught up).
         await self.ctx.admitted(call.peer.name, issued[0])
         return join_rules.certificate_answer(issued[0])
+
+
+def _outlasts(stored: str, delivered: str) -> bool:
+    """Whether the client certificate stored already expires after the delivered one (the peer's renewal answer
+    came before a delivery that read its Secret earlier, or a joiner delivers again after its restart)."""
+    try:
+        return bool(stored) and pki.not_after(stored) > pki.not_after(delivered)
+    except pki.PKIError:
+        return False

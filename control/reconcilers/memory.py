@@ -40,6 +40,11 @@ class PeerMemory:
     #: our client certificate before the last renewal, used again while the peer's entrance refuses the new one
     #: (it learns a certificate it issued through its own watch, a moment after answering); "" once it took it.
     previous_client_cert: str = ""
+    #: (reason, message) of the last failed renewal of our client certificate; None once one succeeded or none is
+    #: due. While the certificate is outside its validity period it is the sync's failure too.
+    renew_error: tuple[str, str] | None = None
+    #: The note of the Event of a renewal after an outage (our certificate had expired), until it is recorded.
+    outage_note: str = ""
 
 
 class Memory:
@@ -86,4 +91,7 @@ class Memory:
         mem.notified_offer, mem.notify_failures, mem.notify_at = offer, 0, 0.0
 
     def pull_now(self, name: str) -> None:
-        self.get(name).pull_at = 0.0
+        """Pull at once: the peer called (a notify, a delivery, a renewal), so it is there; a pull that fails now
+        backs off from the shortest delay again, not from where an outage left the backoff."""
+        mem = self.get(name)
+        mem.pull_at, mem.sync_failures = 0.0, 0

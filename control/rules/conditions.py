@@ -272,8 +272,10 @@ PERMANENT_JOIN_REASONS = frozenset(
         INVALID_SPEC,
     }
 )
-#: Sync failures that leave the peering Active with Ready=False.
-SYNC_REASONS = frozenset({PEER_UNREACHABLE, PEER_REFUSED_CERTIFICATE, reasons.OFFER_INVALID, reasons.OFFER_TOO_LARGE})
+#: Sync failures that leave the peering Active with Ready=False (KeyMismatch: the peer refused to renew our client
+#: certificate for the key we hold).
+SYNC_REASONS = frozenset({PEER_UNREACHABLE, PEER_REFUSED_CERTIFICATE, reasons.OFFER_INVALID, reasons.OFFER_TOO_LARGE,
+                          reasons.KEY_MISMATCH})
 
 
 def sync_failure(status: int | None, body, *, refused_certificate: bool = False) -> tuple[str, str]:
@@ -318,8 +320,6 @@ class PeeringState:
     token_exchange: Cond | None = None
     #: Why projects cannot pair (the Project API is not served), or None.
     projects_absent: str | None = None
-    #: When our client certificate toward the peer expired (format_time), or None while it is valid.
-    client_cert_expired: str | None = None
 
 
 @dataclass(frozen=True)
@@ -414,14 +414,7 @@ def _active_ready(state: PeeringState) -> Cond:
     te = state.token_exchange
     if state.sync_error is not None:
         reason, message = state.sync_error
-        if reason == PEER_REFUSED_CERTIFICATE and state.client_cert_expired:
-            message = (
-                f"our client certificate toward the peer expired at {state.client_cert_expired}, so the peer refuses "
-                "it, and it can no longer be renewed over the peering. Check that the clocks of both clusters are "
-                "right; if they are, the peer was unreachable for longer than the certificate's lifetime: delete "
-                "the ClusterPeer on both clusters and establish the peering anew"
-            )
-        elif reason == PEER_REFUSED_CERTIFICATE and not message:
+        if reason == PEER_REFUSED_CERTIFICATE and not message:
             message = (
                 "the peer refused our client certificate: it has probably revoked this peering (deleted its "
                 "ClusterPeer). If so, delete this ClusterPeer too; access stays until then"

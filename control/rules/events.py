@@ -52,13 +52,15 @@ def event_type(status: str, reason: str) -> str:
 
 
 def duration(seconds: float) -> str:
-    """`42s`, `5m10s`, `3h2m`: how long something lasted, for a note."""
+    """`42s`, `5m10s`, `3h2m`, `3d4h`: how long something lasted, for a note."""
     s = max(0, int(seconds))
     if s < 60:
         return f"{s}s"
     if s < 3600:
         return f"{s // 60}m{s % 60}s" if s % 60 else f"{s // 60}m"
-    return f"{s // 3600}h{(s % 3600) // 60}m" if s % 3600 >= 60 else f"{s // 3600}h"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60}m" if s % 3600 >= 60 else f"{s // 3600}h"
+    return f"{s // 86400}d{(s % 86400) // 3600}h" if s % 86400 >= 3600 else f"{s // 86400}d"
 
 
 def _action(reason: str) -> str:
@@ -151,11 +153,13 @@ def clusterpeer_events(old: dict | None, new: dict, *, now: datetime) -> list[Ev
     return out
 
 
-def certificate_events(seen: dict[str, str], values: dict[str, str]) -> tuple[list[EventSpec], dict[str, str]]:
+def certificate_events(seen: dict[str, str], values: dict[str, str], *, outage: str = ""
+                       ) -> tuple[list[EventSpec], dict[str, str]]:
     """Renewals of the certificates of one peering, seen in its Secret's values: our client certificate toward
     the peer (`client.crt`) and the one this cluster issued to the peer (the newest of `issued.crt`). `seen` is
-    what the previous look found ({} after a restart: nothing is taken for a renewal then); returns the Events
-    and what to remember."""
+    what the previous look found ({} after a restart: nothing is taken for a renewal then); `outage` the note of a
+    renewal of our client certificate after it had expired (control/rules/renewal.py), its one Event even right
+    after a restart. Returns the Events and what to remember."""
     now_seen: dict[str, str] = {}
     out: list[EventSpec] = []
     for key, whose in (("client.crt", "our client certificate toward the peer"),
@@ -167,7 +171,9 @@ def certificate_events(seen: dict[str, str], values: dict[str, str]) -> tuple[li
             fp, until = "", ""
         if fp:
             now_seen[key] = fp
-        if fp and seen.get(key) and seen[key] != fp:
+        if fp and key == "client.crt" and outage:
+            out.append(EventSpec(NORMAL, CERTIFICATE_RENEWED, "Renew", outage))
+        elif fp and seen.get(key) and seen[key] != fp:
             out.append(EventSpec(NORMAL, CERTIFICATE_RENEWED, "Renew",
                                  f"{whose} was renewed; it is valid until {until}"))
     return out, now_seen

@@ -331,14 +331,25 @@ def credentials_message(certificate_pem: str) -> dict:
     return {"certificate": certificate_pem}
 
 
-def check_credentials(body, *, own_key_fingerprint: str, own_uuid: str, peer_ca_pem: str, now: datetime) -> str:
+def check_credentials(body, *, own_key_fingerprint: str, own_uuid: str, peer_ca_pem: str, now: datetime,
+                      expired_ok: bool = False) -> str:
     """The delivered (or renewed) client certificate, checked to be the peer's one CA's certificate for our key
-    and UUID, valid at `now`; only that one certificate is returned to be stored."""
+    and UUID, valid at `now`; only that one certificate is returned to be stored. With `expired_ok` (a delivery: a
+    joiner delivers again after its restart, and the certificate may have expired while the peers were apart) one
+    that expired before `now` is checked as of its issue instead: it still admits its own renewal (§3.1 of
+    docs/protocol.md), which the holder asks for at once."""
     cert = body.get("certificate") if isinstance(body, dict) else None
     if not isinstance(cert, str) or len(cert) > MAX_PEM:
         raise JoinError(reasons.MALFORMED, "the credentials message has no certificate")
+    at = now
+    if expired_ok:
+        try:
+            if pki.not_after(cert) < now:
+                at = pki.issued_at(cert)
+        except pki.PKIError:
+            pass  # refused below, with what is wrong
     try:
-        return _our_certificate(cert, peer_ca_pem, own_key_fingerprint, own_uuid, now)
+        return _our_certificate(cert, peer_ca_pem, own_key_fingerprint, own_uuid, at)
     except JoinError as exc:
         raise JoinError(reasons.MALFORMED, f"the delivered certificate {exc.message}") from None
 

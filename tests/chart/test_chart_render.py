@@ -231,7 +231,8 @@ def test_the_network_policy_lets_in_only_what_reaches_each_listener(chart) -> No
 
 
 def test_the_deployment_runs_the_process_hardened(chart) -> None:
-    objs = objects(chart, values({"peerSyncIntervalSeconds": 45, "logLevel": "Warning"}))
+    objs = objects(chart, values({"peerSyncIntervalSeconds": 45, "logLevel": "Warning",
+                                  "clientCertificateLifetimeSeconds": 7200}))
     deployment = one(objs, "Deployment", "peering")
     pod = deployment["spec"]["template"]["spec"]
     container = next(c for c in pod["containers"] if c["name"] == "peering")
@@ -251,7 +252,8 @@ def test_the_deployment_runs_the_process_hardened(chart) -> None:
     assert env == {"PEERING_IDENTITY": {"fieldRef": {"fieldPath": "metadata.name"}},
                    "PEERING_DEX_URL": "https://dex.example.com",
                    "PEERING_PEER_SYNC_INTERVAL": "45", "PEERING_LOG_LEVEL": "WARNING",
-                   "PEERING_TRUSTED_PROXIES": "10.111.0.0/16"}
+                   "PEERING_TRUSTED_PROXIES": "10.111.0.0/16", "PEERING_CLIENT_CERT_LIFETIME": "7200",
+                   "PEERING_SERVER_CERT_LIFETIME": "43200"}
     assert container["image"] == f"{deckhouse_module.DEFAULT_REGISTRY}@{deckhouse_module.FAKE_DIGEST}"
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         assert container[probe]["httpGet"]["path"] == path

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from control.config import ControlSettings
 from lab import deckhouse_module
 
 
@@ -12,6 +13,9 @@ def test_an_empty_module_config_gets_every_default() -> None:
     values = deckhouse_module.settings_values({})
     assert values["entrance"]["mode"] == "LoadBalancer"
     assert values["peerSyncIntervalSeconds"] == 30
+    # As the process's own defaults (control/config.py): 24 hours for peers' client certificates, 12 for servers.
+    assert (values["clientCertificateLifetimeSeconds"], values["serverCertificateLifetimeSeconds"]) == (
+        ControlSettings.client_cert_lifetime, ControlSettings.server_cert_lifetime)
     assert values["logLevel"] == "Info"
     assert values["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"},
                                    "limits": {"cpu": "1", "memory": "512Mi"}}
@@ -29,6 +33,9 @@ def test_an_empty_module_config_gets_every_default() -> None:
     ({"highAvailability": "yes"}, "settings.highAvailability"),
     ({"peerSyncIntervalSeconds": 1}, "settings.peerSyncIntervalSeconds"),
     ({"peerSyncIntervalSeconds": "30s"}, "settings.peerSyncIntervalSeconds"),
+    ({"clientCertificateLifetimeSeconds": 60}, "settings.clientCertificateLifetimeSeconds"),
+    ({"clientCertificateLifetimeSeconds": 30 * 86400}, "settings.clientCertificateLifetimeSeconds"),
+    ({"serverCertificateLifetimeSeconds": "12h"}, "settings.serverCertificateLifetimeSeconds"),
     ({"resources": {"limits": {"memory": "lots"}}}, "settings.resources.limits.memory"),
     ({"logLevel": "debug"}, "settings.logLevel"),
     ({"nodeSelector": {"pool": 1}}, "settings.nodeSelector.pool"),

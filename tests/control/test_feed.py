@@ -1,10 +1,15 @@
 """The registry feed against the emulated API server: bursts are coalesced into few snapshots, a change that does
-not alter the snapshot publishes nothing, and each snapshot carries the next generation."""
+not alter the snapshot publishes nothing, and each snapshot carries the next generation; server certificates are
+loaded only within their validity period."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
 
+from control import pki
+from control.bootstrap import tls_secret
 from control.feed import Feed
 from control.informers import Informers
 from tests.control.conftest import NAMESPACE, eventually
@@ -28,15 +33,25 @@ def capability(name, version="v1"):
                      "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}}
 
 
-async def test_bursts_are_coalesced_and_no_op_changes_publish_nothing(api, kube):
-    server, _ = api
+@contextlib.asynccontextmanager
+async def running_feed(kube, coalesce: float):
+    """A started feed over the cluster's informers, publishing to a Recorder, once its first registry is out."""
     informers = Informers(kube)
     sink = Recorder()
-    feed = Feed(informers, sink, NAMESPACE, coalesce=0.2)
+    feed = Feed(informers, sink, NAMESPACE, coalesce=coalesce)
     informers.start()
     feed.start()
     try:
         await asyncio.wait_for(feed.ready.wait(), 10)
+        yield feed, sink
+    finally:
+        await feed.stop()
+        await informers.stop()
+
+
+async def test_bursts_are_coalesced_and_no_op_changes_publish_nothing(api, kube):
+    server, _ = api
+    async with running_feed(kube, coalesce=0.2) as (feed, sink):
         assert len(sink.registries) == 1 and sink.registries[0].generation == 1 and not sink.reloads
         for i in range(30):
             server.create(capability(f"cap{i}"))
@@ -59,9 +74,6 @@ async def test_bursts_are_coalesced_and_no_op_changes_publish_nothing(api, kube)
         await eventually(lambda: "marker" in sink.registries[-1].capabilities, what="the marker")
         assert len(sink.registries) == published + 1
         assert sink.registries[-1].capabilities["marker"].version == "v2"
-    finally:
-        await feed.stop()
-        await informers.stop()
 
 
 async def test_published_tells_of_each_registry_and_waits_for_one_that_serves():
@@ -89,3 +101,27 @@ async def test_published_tells_of_each_registry_and_waits_for_one_that_serves():
     unsubscribe()
     published.set(registry(3))
     assert told == [(0, 1), (1, 2)] and published.registry.generation == 3
+
+
+SERVERS = (("peering-gateway-tls", "peering-gateway.t.lab"), ("peering-egress-tls", "peering-gateway.d8-peering.svc"))
+
+
+async def test_a_server_certificate_outside_its_dates_is_not_served_until_the_leader_renews_it(api, kube):
+    # A process back after longer than its server certificates live finds them expired in their Secrets.
+    server, _ = api
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca = pki.create_ca("c", now=now - datetime.timedelta(days=40))
+    server.create(tls_secret("peering-ca", NAMESPACE, ca, None))
+    for name, host in SERVERS:
+        stale = pki.issue_server_cert(ca, [host], now=now - datetime.timedelta(days=30))
+        server.create(tls_secret(name, NAMESPACE, stale, ca.cert_pem))
+    async with running_feed(kube, coalesce=0.01) as (feed, sink):
+        await feed.publish_once()
+        assert sink.reloads == 0 and feed.certificates is None
+        # The leader's first pass renews both (bootstrap.plan: due for renewal): they are loaded at once.
+        for name, host in SERVERS:
+            fresh = pki.issue_server_cert(ca, [host], now=now)
+            current = server.get("", "secrets", name, NAMESPACE)
+            server.update({**tls_secret(name, NAMESPACE, fresh, ca.cert_pem), "metadata": current["metadata"]})
+        await eventually(lambda: sink.reloads == 1, what="the renewed certificates loaded")
+        assert feed.certificates is not None and pki.valid_at(feed.certificates.entrance_cert_pem.decode(), now)

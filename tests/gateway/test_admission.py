@@ -4,19 +4,22 @@ registry, stand-in exchange and review calls, and the decision or refusal each r
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import time
 
 import pytest
 
 from contract.errors import Refusal
 from gateway.admission import (Admitted, ClientState, NeedsExchange, NeedsReview, admit_egress, admit_entrance,
-                               admit_peer_call, closes_connection, complete, is_watch, not_held, upstream_refusal)
+                               admit_peer_call, certificate_in_force, closes_connection, complete, is_watch,
+                               not_held)
 from gateway.authority import Authority
 from gateway.exchange import ExchangeCache
 from gateway.metrics import Metrics
 from gateway.registry import cert_fingerprints
 from gateway.state import GatewayState
 from gateway.tokens import VerifiedToken
+from gateway.status import upstream_refusal
 from gateway.upstream import UpstreamError
 from tests.gateway.support import Upstream, DexState, gateway_config, make_token, registry_for
 
@@ -127,6 +130,23 @@ async def test_peer_calls_are_admitted_by_operation_and_method(state, fp):
     assert refusal(admit_peer_call, state, client, None, "GET", "/peering/v1/offer") == (403, "PeerUnknown")
 
 
+async def test_a_stream_ends_when_its_client_certificate_expires_if_that_comes_before_its_token(state, pki,
+                                                                                              issuer_key):
+    # A certificate that expires in 100 s, a token valid for 600 s: the stream it opens ends at the former.
+    ends = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=100)
+    leaf = pki["ca"].issue_cert("short.peer", not_after=ends)
+    (short,) = cert_fingerprints(leaf.cert_chain_pems[0].bytes())
+    state.publish(registry_for({**pki, "peer": leaf}, issuer_key, generation=2))
+    client = ClientState()
+    admit_entrance(state, client, short, b"GET", b"/api/v1/pods?watch=1", fields(make_token(issuer_key)))
+    assert client.authority is not None and client.authority.expires == int(ends.timestamp())
+    # The dates are the registry's copy: one past them is refused by the same rule as at the handshake's time.
+    peer = state.registry.peers["peer"]
+    assert certificate_in_force(peer, short, ends.timestamp() - 1) == int(ends.timestamp())
+    assert refusal(certificate_in_force, peer, short, ends.timestamp() + 1) == (401, "CertificateExpired")
+    assert refusal(certificate_in_force, peer, "not-its-own", time.time()) == (401, "CertificateExpired")
+
+
 async def test_an_egress_request_is_reviewed_then_sent_to_the_peer_with_the_consumers_token(state, issuer_key):
     token = make_token(issuer_key)
     client = ClientState()
@@ -167,11 +187,16 @@ def test_upstream_failures_and_closing_refusals():
     # is named); for the entrance's API server, an upstream failure like any other.
     refused = upstream_refusal(UpstreamError("certificate_refused", "CERTIFICATE_EXPIRED"), "to-a")
     assert (refused.code, refused.reason) == (503, "PeerRefusedCertificate")
-    assert "to-a" in refused.message and "established anew" in refused.message
+    assert "to-a" in refused.message and "checks its dates in the handshake" in refused.message
+    assert "update the module there" in refused.message
+    new_ca = upstream_refusal(UpstreamError("certificate_refused", "UNKNOWN_CA"), "to-a")
+    assert "enabled again" in new_ca.message and "anew on both clusters" in new_ca.message
     revoked = upstream_refusal(UpstreamError("certificate_refused", "CERTIFICATE_UNKNOWN"), "to-a")
     assert "revoked" in revoked.message and "anew" not in revoked.message
     assert upstream_refusal(UpstreamError("certificate_refused", "UNKNOWN_CA")).reason == "UpstreamFailed"
     assert closes_connection(Refusal(403, "PeerUnknown", "")) and closes_connection(Refusal(400, "UpgradeRefused", ""))
+    assert closes_connection(Refusal(401, "CertificateExpired", ""))
+    assert closes_connection(Refusal(401, "CertificateNotYetValid", ""))
     assert not closes_connection(Refusal(401, "TokenExpired", ""))
     assert [is_watch(t) for t in (b"/a?watch=1", b"/a?x=1&watch=true", b"/a?watch=false", b"/watch", b"/a")] == [
         True, True, False, False, False]

@@ -110,23 +110,26 @@ async def test_a_token_past_its_expiry_is_token_expired_though_the_api_server_wo
 
 async def test_a_peer_refusing_our_client_certificate_is_peer_refused_certificate(
         gateway, pki, issuer_key, upstream, dex, handlers, session_for):
-    """The peer's entrance refuses the client certificate it issued us once it expired (a TLS alert): the consumer
-    gets the ClusterPeer's reason, PeerRefusedCertificate, with what its administrator does, not 502 UpstreamFailed."""
+    """The peer's entrance refuses our client certificate at the handshake (a TLS alert: here one of a CA it does not
+    know, as after its module was disabled and enabled again): the consumer gets the ClusterPeer's reason,
+    PeerRefusedCertificate, with what its administrator does, not 502 UpstreamFailed."""
+    import trustme
     from dataclasses import replace
 
     egress = await _egress_gateway(pki, issuer_key, upstream, dex, handlers, gateway)
     try:
+        foreign = trustme.CA().issue_cert("peer.foreign")
         reg = egress.state.registry
-        peer = replace(reg.peers["peer"], client_cert_pem=pki["expired"].cert_chain_pems[0].bytes(),
-                       client_key_pem=pki["expired"].private_key_pem.bytes())
+        peer = replace(reg.peers["peer"], client_cert_pem=foreign.cert_chain_pems[0].bytes(),
+                       client_key_pem=foreign.private_key_pem.bytes())
         egress.publish(replace(reg, generation=2, peers={"peer": peer}))
         s = session_for(egress, None)
         async with s.get(EGRESS + "/peers/peer/api", headers={"Authorization": f"Bearer {make_token(issuer_key)}"}) as r:
             body = await r.json()
         assert (r.status, body["reason"], body["details"]["causes"][0]["reason"]) == (
             503, "PeerRefusedCertificate", "PeerRefusedCertificate")
-        assert "certificate_expired" in body["message"] and "established anew" in body["message"]
+        assert "unknown_ca" in body["message"] and "anew on both clusters" in body["message"]
         assert egress.metrics.upstream_errors.labels("egress", "certificate_refused")._value.get() == 1
-        assert gateway.metrics.handshake_failures.labels("entrance", "expired_certificate")._value.get() == 1
+        assert gateway.metrics.handshake_failures.labels("entrance", "untrusted_certificate")._value.get() == 1
     finally:
         await egress.stop()

@@ -52,14 +52,6 @@ async def test_certificate_of_another_ca_is_refused(gateway, session_for):
     await _until(lambda: _counter(gateway, "handshake_failures", "untrusted_certificate") >= 1)
 
 
-async def test_expired_certificate_is_refused(gateway, session_for):
-    s = session_for(gateway, "expired")
-    with pytest.raises(aiohttp.ClientError):
-        async with s.get(PODS) as resp:
-            await resp.read()
-    await _until(lambda: _counter(gateway, "handshake_failures", "expired_certificate") >= 1)
-
-
 async def test_no_client_certificate_is_refused(gateway, session_for):
     s = session_for(gateway, None)
     with pytest.raises(aiohttp.ClientError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import json
 import logging
 import pathlib
@@ -18,6 +19,7 @@ from typing import Awaitable, Callable
 
 import aiohttp
 import pytest
+import trustme
 from jwcrypto import jwk
 
 from contract import reasons
@@ -171,6 +173,32 @@ def peer_calls_limited(listener: str, via: str) -> Drive:
         assert first[0] == 200, first
         return await get("/peering/v1/offer")(listener, via)(rig)  # a second at once: beyond the bound
     return drive
+
+
+def dated_certificate(days: int) -> Callable[..., Drive]:
+    """A request with a live peering's client certificate outside its dates, expired (`days` < 0) or valid only
+    from `days` on: past the handshake, refused by admission (both entrance paths)."""
+    start = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=days)
+    return lambda listener, via: _dated(listener, via, start)
+
+
+def _dated(listener: str, via: str, start: datetime.datetime) -> Drive:
+    async def drive(rig: Rig) -> tuple[int, dict]:
+        leaf = rig.pki["ca"].issue_cert("peer.dated", not_before=start, not_after=start + datetime.timedelta(days=1))
+        dated = {**rig.pki, "peer": leaf}
+        rig.entrance.publish(registry_for(dated, rig.issuer_key, generation=5))
+        body = b"Content-Length: 0\r\n" if via == "aiohttp" else b""
+        head = (f"GET {PODS} HTTP/1.1\r\nHost: x\r\n{rig.token()['Authorization'].join(('Authorization: ', ''))}"
+                "\r\n").encode() + body + b"\r\n"
+        return await dataclasses.replace(rig, pki=dated).raw(listener, head)
+    return drive
+
+
+def foreign_certificate(rig: Rig) -> None:
+    """Our egress presents a client certificate of another CA: the peer's entrance refuses it at the handshake."""
+    leaf = trustme.CA().issue_cert("peer.foreign")
+    rig.republish(rig.egress, client_cert_pem=leaf.cert_chain_pems[0].bytes(),
+                  client_key_pem=leaf.private_key_pem.bytes())
 
 
 def withdrawn_while_exchanging(listener: str, via: str) -> Drive:
@@ -336,9 +364,9 @@ CASES: dict[str, dict[str, tuple[tuple[str, ...], Callable[..., Drive]]]] = {
     reasons.PEER_NOT_CONNECTED: {"egress": ((), then(lambda rig: rig.republish(rig.egress, entrance=None), get()))},
     reasons.PEER_CREDENTIALS_INVALID: {"egress": ((), then(lambda rig: rig.republish(
         rig.egress, client_key_pem=b"not a key"), get()))},
-    reasons.PEER_REFUSED_CERTIFICATE: {"egress": ((), then(lambda rig: rig.republish(
-        rig.egress, client_cert_pem=rig.pki["expired"].cert_chain_pems[0].bytes(),
-        client_key_pem=rig.pki["expired"].private_key_pem.bytes()), get()))},
+    reasons.PEER_REFUSED_CERTIFICATE: {"egress": ((), then(foreign_certificate, get()))},
+    reasons.CERTIFICATE_EXPIRED: {"entrance": (BOTH, dated_certificate(-2))},
+    reasons.CERTIFICATE_NOT_YET_VALID: {"entrance": (BOTH, dated_certificate(1))},
     reasons.INTERNAL_ERROR: {"entrance": (ONLY_AIOHTTP, broken_inside), "egress": ((), broken_inside)},
 }
 LIMITS = {reasons.REQUEST_TIMEOUT: {"request_head_timeout": 0.3},

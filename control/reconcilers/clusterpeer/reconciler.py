@@ -234,9 +234,7 @@ class ClusterPeerReconciler:
 
         status = self._status(obs, mem, credentials=credentials.progress, problem=problem, invite=invite,
                               peer=peer, synced=synced, derived=derived, token_exchange=token_exchange,
-                              access=access, selfcheck=selfcheck,
-                              client_cert_expired=expiry_passed(values.get("client.crt"), obs.now)
-                              if established else None)
+                              access=access, selfcheck=selfcheck)
         if status != obs.status:
             try:
                 await self.kube.update_status(CLUSTERPEERS, {**cp, "status": status})
@@ -248,7 +246,8 @@ class ClusterPeerReconciler:
             self.ctx.written_status[key] = ((cp.get("metadata") or {}).get("resourceVersion") or "", status)
             await self.ctx.events.emit_all(cp, event_rules.clusterpeer_events(obs.status, status, now=obs.now))
         if established:
-            renewed, mem.seen_certs = event_rules.certificate_events(mem.seen_certs, values)
+            renewed, mem.seen_certs = event_rules.certificate_events(mem.seen_certs, values, outage=mem.outage_note)
+            mem.outage_note = ""
             await self.ctx.events.emit_all(cp, renewed)
             # The objects that follow from the status (grants, ProjectPeers) are the grants reconciler's: this
             # pass stays short however many projects are paired.
@@ -260,7 +259,7 @@ class ClusterPeerReconciler:
     def _status(self, obs: Observed, mem: PeerMemory, *, credentials: str, problem: tuple[str, str] | None,
                 invite: dict | None, peer: dict | None, synced: SyncOutcome | None, derived: Entitlements,
                 token_exchange: cond.Cond | None, access: dict | None,
-                selfcheck: tuple[cond.Cond, cond.Cond] | None, client_cert_expired: str | None = None) -> dict:
+                selfcheck: tuple[cond.Cond, cond.Cond] | None) -> dict:
         """The status from what the pass observed: Ready and the phase (`rules.conditions.readiness`, where each
         reason is chosen), then every field and condition (`rules.status.clusterpeer_status`)."""
         state = cond.PeeringState(
@@ -269,21 +268,10 @@ class ClusterPeerReconciler:
             join_error=(mem.join_error[1], mem.join_error[2]) if mem.join_error else None,
             has_peer_offer=peer is not None, sync_error=synced.error if synced else None,
             credentials_undelivered=synced.undelivered if synced else False, token_exchange=token_exchange,
-            projects_absent=obs.projects_absent, client_cert_expired=client_cert_expired)
+            projects_absent=obs.projects_absent)
         return clusterpeer_status(
             obs.status, generation=obs.generation, now=obs.now, readiness=cond.readiness(state, obs.now),
             token_exchange=token_exchange, client_cert=selfcheck[0] if selfcheck else KEEP,
             server_cert=selfcheck[1] if selfcheck else KEEP, invite=invite, offer=obs.offer, peer=peer,
             effectiveCapabilities=derived.capability_names, grants=derived.grants.status, access=access,
             pairedProjectsCount=derived.paired_count)
-
-
-def expiry_passed(cert_pem: str | None, now) -> str | None:
-    """When `cert_pem` expired (format_time), or None while it is valid, absent or unreadable."""
-    if not cert_pem:
-        return None
-    try:
-        end = pki.not_after(cert_pem)
-    except pki.PKIError:
-        return None
-    return format_time(end) if end < now else None

@@ -1,6 +1,8 @@
 """Sync: what an established peering does with the peer's entrance, over mTLS with the exchanged credentials.
 
-- renew our client certificate once it is due (`/peering/v1/certificate`, a CSR for the same key);
+- renew our client certificate once it is due (`/peering/v1/certificate`, a CSR for the same key), also once it
+  has expired while the peer was away: the peer's entrance accepts it for the renewal alone, and until the renewal
+  succeeds nothing else is tried (its failure is the sync's: rules/renewal.py says what it means);
 - a joiner delivers the certificate it issued for the inviter's key (`/peering/v1/credentials`) until it arrives
   (once per key: the inviter's renewals of it come back in the answers of `/peering/v1/certificate`);
 - pull the peer's offer when due (periodic with jitter, at once after a notify, with a backoff after a failure);
@@ -19,6 +21,7 @@ from typing import Callable
 
 from control import pki
 from control.clock import Clock
+from control.connstring import format_time
 from control.kube import KubeSession
 from control.peerclient import Answer, PeerClient
 from control.reconcilers.clusterpeer.observe import Observed
@@ -27,6 +30,7 @@ from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import conditions as cond
 from control.rules import join as join_rules
 from control.rules import offer as offer_rules
+from control.rules import renewal
 from control.rules.spec import JOIN
 
 log = logging.getLogger("peering.control.clusterpeer")
@@ -46,6 +50,17 @@ class SyncOutcome:
     wait: float
 
 
+def _issue_times(*pems: str) -> list:
+    """When each certificate (the first of each bundle) was issued; none for what cannot be read."""
+    out = []
+    for pem in pems:
+        try:
+            out.append(pki.issued_at(pem))
+        except pki.PKIError:
+            continue
+    return out
+
+
 def _key_of(cert_pem: str) -> str:
     """The fingerprint of a certificate's public key (the newest of a bundle); "" without a readable one."""
     try:
@@ -54,8 +69,44 @@ def _key_of(cert_pem: str) -> str:
         return ""
 
 
+def _tls(answer: Answer) -> dict:
+    return dict(refused_certificate=answer.refused_certificate, tls_alert=answer.tls_alert,
+                untrusted_server=answer.untrusted_server)
+
+
 def failure(answer: Answer) -> tuple[str, str]:
-    return cond.sync_failure(answer.status, answer.body, refused_certificate=answer.refused_certificate)
+    return renewal.call_failure(answer.status, answer.body, **_tls(answer))
+
+
+def _in_force(cert_pem: str, now) -> bool:
+    try:
+        return pki.valid_at(cert_pem, now)
+    except pki.PKIError:
+        return False
+
+
+def _renew_in(cert_pem: str, now) -> float:
+    """Seconds until the certificate is due for renewal (0 when it is, or cannot be read)."""
+    try:
+        return max(0.0, (pki.renewal_time(cert_pem) - now).total_seconds())
+    except pki.PKIError:
+        return 0.0
+
+
+def _expiry(cert_pem: str) -> str:
+    try:
+        return format_time(pki.not_after(cert_pem))
+    except pki.PKIError:
+        return "an unknown time (the certificate cannot be read)"
+
+
+def _expired_at(cert_pem: str, now):
+    """When the certificate expired, if it has; None while it is valid or not yet, or cannot be read."""
+    try:
+        end = pki.not_after(cert_pem)
+    except pki.PKIError:
+        return None
+    return end if end < now else None
 
 
 class Syncer:
@@ -74,13 +125,28 @@ class Syncer:
     async def sync(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None, *,
                    just_joined: bool) -> SyncOutcome:
         values = await self._renew(obs, mem, values)
-        if self._undelivered(obs, mem, values) and not just_joined and self.admits(obs.key, values["issued.crt"]):
+        undelivered = self._undelivered(obs, mem, values)
+        if mem.renew_error is not None and not _in_force(values["client.crt"], obs.now):
+            # Our certificate admits nothing but its renewal at the peer: the renewal's failure is the sync's, and
+            # it is tried again with the backoff of a failed pull.
+            reason, message = mem.renew_error
+            if reason == cond.PEER_UNREACHABLE:
+                message = renewal.expired_meanwhile(message, _expiry(values["client.crt"]))
+            mem.sync_error = (reason, message)
+            mem.sync_failures += 1
+            mem.pull_at = self.clock.monotonic() + self.memory.retry_after(mem.sync_failures)
+            return SyncOutcome(values=values, peer=peer, error=mem.sync_error, undelivered=undelivered,
+                               wait=max(0.05, mem.pull_at - self.clock.monotonic()))
+        if undelivered and not just_joined and self.admits(obs.key, values["issued.crt"]):
             await self._deliver(obs, mem, values)
         if mem.pull_at <= self.clock.monotonic() or peer is None:
             peer = await self._pull(obs, mem, values, peer)
+        wait = mem.pull_at - self.clock.monotonic()
+        renew_in = _renew_in(values["client.crt"], obs.now)
+        if renew_in > 0:
+            wait = min(wait, renew_in)  # renewed at half of its lifetime, whatever the sync interval
         return SyncOutcome(values=values, peer=peer, error=mem.sync_error,
-                           undelivered=self._undelivered(obs, mem, values),
-                           wait=max(0.05, mem.pull_at - self.clock.monotonic()))
+                           undelivered=self._undelivered(obs, mem, values), wait=max(0.05, wait))
 
     @staticmethod
     def _undelivered(obs: Observed, mem: PeerMemory, values: dict[str, str]) -> bool:
@@ -120,7 +186,9 @@ class Syncer:
                                       client_key_pem=values.get("client.key", ""))
 
     async def _deliver(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> None:
-        answer = await self._call(mem, values, "credentials", join_rules.credentials_message(values["issued.crt"]))
+        # The newest certificate only: issued.crt keeps the last ones issued, but one is delivered.
+        answer = await self._call(mem, values, "credentials",
+                                  join_rules.credentials_message(pki.newest(values["issued.crt"])))
         if answer.ok:
             mem.delivered = _key_of(values["issued.crt"])
             mem.pull_at = 0.0
@@ -129,20 +197,29 @@ class Syncer:
             log.info("credentials not delivered yet", extra={"clusterpeer": obs.key, "status": answer.status})
 
     async def _renew(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> dict[str, str]:
-        """Renew our client certificate once it is due; keep the old one on any failure."""
-        if not pki.needs_renewal(values["client.crt"], obs.now):
+        """Renew our client certificate once it is due, or at once once it expired (the peer was away longer than
+        it lasted); keep the old one on any failure, and remember why (`mem.renew_error`)."""
+        held = values["client.crt"]
+        if not pki.needs_renewal(held, obs.now):
+            mem.renew_error = None
             return values
         csr = pki.csr_for_key(values["client.key"], obs.own_uuid)
         answer = await self._call(mem, values, "certificate", join_rules.certificate_request(csr))
         if not answer.ok:
-            log.warning("client certificate renewal failed", extra={"clusterpeer": obs.key, "status": answer.status})
+            mem.renew_error = renewal.renewal_failure(obs.key, answer.status, answer.body, **_tls(answer))
+            log.warning("client certificate renewal failed", extra={"clusterpeer": obs.key, "status": answer.status,
+                                                                     "reason": mem.renew_error[0]})
             return values
         try:
             cert = join_rules.check_credentials(answer.body, own_key_fingerprint=pki.public_key_fingerprint(csr),
                                                 own_uuid=obs.own_uuid, peer_ca_pem=values["peer-ca.crt"], now=obs.now)
         except join_rules.JoinError as exc:
+            mem.renew_error = (cond.PEER_UNREACHABLE, f"the peer answered the renewal of our client certificate with "
+                               f"one this peering cannot use ({exc.message}); retried")
             log.warning("renewed certificate refused", extra={"clusterpeer": obs.key, "error": exc.message})
             return values
+
+        before: list[str] = []
 
         def change(stored: dict[str, str]) -> dict[str, str] | None:
             # Written over what the Secret holds now, not over this pass's copy: the peer handlers write the same
@@ -150,8 +227,9 @@ class Syncer:
             # again and again with a certificate the peer stops accepting.
             if stored.get("client.key") != values["client.key"]:
                 return None
-            held = stored.get("client.crt", "")
-            if held and not pki.needs_renewal(held, obs.now) and pki.not_after(held) >= pki.not_after(cert):
+            current = stored.get("client.crt", "")
+            before[:] = [current]
+            if current and not pki.needs_renewal(current, obs.now) and pki.not_after(current) >= pki.not_after(cert):
                 return None
             return {**stored, "client.crt": cert}
 
@@ -161,8 +239,19 @@ class Syncer:
             return values
         if written is None or written.get("client.crt") != cert:
             return values if written is None else written
-        mem.previous_client_cert = values["client.crt"]
-        log.info("client certificate renewed", extra={"clusterpeer": obs.key})
+        mem.renew_error = None
+        if before == [cert]:
+            # An earlier pass stored it already (this one read a cache behind that write, and the peer answered
+            # the same certificate again): nothing was renewed now.
+            return written
+        mem.previous_client_cert = held
+        expired_at = _expired_at(held, obs.now)
+        if expired_at is not None:
+            # Read before the pull of this pass moves it: the last successful sync is when the outage began.
+            contact = renewal.last_contact(mem.last_sync, obs.status, _issue_times(held, values.get("issued.crt", "")))
+            mem.outage_note = renewal.outage_note(contact, obs.now, expired_at, pki.not_after(cert))
+        log.info("client certificate renewed", extra={"clusterpeer": obs.key,
+                                                      "after_outage": expired_at is not None})
         return written
 
     async def _pull(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None) -> dict | None:

@@ -206,3 +206,51 @@ def test_reads_that_fail_are_warnings_not_failures():
     line = dex.user_authn_lines(facts(dex_secret=Read(ERROR, detail="boom")), "https://dex.x/",
                                 Https(200, {"token_endpoint": "t", "issuer": "i"}))[-1]
     assert (line.check, line.status) == ("dex client", "warn")
+
+
+def _secret(**values: str) -> Read:
+    return Read(OK, {"data": {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}})
+
+
+def test_the_lifetimes_are_shown_as_configured_else_as_issued():
+    container = {"env": [{"name": "PEERING_CLIENT_CERT_LIFETIME", "value": "7200"}]}
+    line = judge.lifetimes_line(facts(), container)
+    assert line.status == "ok" and "client certificates issued to peers live 2h (clientCertificateLifetimeSeconds" \
+        in line.message and "entrance and egress certificates live 12h (the default; set " \
+        "serverCertificateLifetimeSeconds" in line.message
+    assert "renewed once the peer is back" in line.message
+    assert "live 30s" in judge.lifetimes_line(facts(), {"args": ["run", "--server-cert-lifetime", "30"]}).message
+    # No Deployment (a lab cluster, or a role that cannot read it): as the certificates were issued.
+    ca = pki.create_ca("x", now=NOW)
+    entrance = pki.issue_entrance_cert(ca, "%s.x", now=NOW, lifetime=datetime.timedelta(hours=3))
+    peer = pki.make_key_and_csr("u")
+    issued = pki.issue_client_cert(ca, peer.cert_pem, "u", now=NOW, lifetime=datetime.timedelta(hours=30))
+    f = facts(module_secrets={"peering-gateway-tls": _secret(**{"tls.crt": entrance.cert_pem})},
+              peer_secrets={"p": _secret(**{"issued.crt": issued})})
+    line = judge.lifetimes_line(f, {})
+    assert "entrance and egress certificates live 3h (as the entrance certificate was issued)" in line.message
+    assert "client certificates issued to peers live 1d6h (as the certificates issued to peers were)" in line.message
+    assert judge.lifetimes_line(facts(), {}).status == "warn"
+
+
+def _expired_peering(reason: str, message: str) -> tuple[Facts, dict]:
+    ca = pki.create_ca("x", now=NOW - datetime.timedelta(days=9))
+    key = pki.make_key_and_csr("u")
+    expired = pki.issue_client_cert(ca, key.cert_pem, "u", now=NOW - datetime.timedelta(days=3))
+    cp = {"metadata": {"name": "p"}, "status": {"phase": "Active", "conditions": [
+        {"type": "Ready", "status": "False", "reason": reason, "message": message}]}}
+    return facts(), {"cp": cp, "secret": _secret(**{"client.crt": expired})}
+
+
+def test_a_client_certificate_that_expired_while_the_peer_is_away_is_a_warning_with_nothing_to_do():
+    f, p = _expired_peering("PeerUnreachable", "did not answer. Our client certificate ... expired meanwhile")
+    line = peers.certificates_line(f, p["cp"], p["secret"])
+    assert (line.status, line.reason) == ("warn", "CertificateExpired")
+    assert "renewed over the peering as soon as it answers again" in line.fix
+    # Refused by a peer with another CA: a failure, and the fix of that case.
+    from control.rules import renewal
+    f, p = _expired_peering("PeerRefusedCertificate", renewal.PEER_HAS_ANOTHER_CA)
+    line = peers.certificates_line(f, p["cp"], p["secret"])
+    assert (line.status, line.reason) == ("fail", "CertificateExpired")
+    assert "disabled and enabled again" in line.fix
+    assert "disabled and enabled again" in peers.state_line(f, p["cp"]).fix

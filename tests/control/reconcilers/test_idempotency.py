@@ -138,6 +138,19 @@ async def test_certificates_are_written_once_and_renewed_when_the_clock_says(wor
     assert await world.run("certificates", "certificates") == 0
 
 
+async def test_server_certificates_expired_during_an_outage_are_renewed_at_the_first_pass_the_ca_kept(world):
+    ca = world.server.get("", "secrets", "peering-ca", NAMESPACE)["data"]
+    # The process was away for 30 days, far longer than the servers' 12 hours: its first pass as leader renews
+    # both (the entrance serves neither meanwhile: control/feed.py), and the CA of every peering stays.
+    world.clock.advance(30 * DAY)
+    assert await world.run("certificates", "certificates") == 2
+    for name in ("peering-gateway-tls", "peering-egress-tls"):
+        cert = creds.secret_values(world.server.get("", "secrets", name, NAMESPACE))["tls.crt"]
+        assert pki.valid_at(cert, world.clock.now()) and not pki.needs_renewal(cert, world.clock.now())
+    assert world.server.get("", "secrets", "peering-ca", NAMESPACE)["data"] == ca
+    assert await world.run("certificates", "certificates") == 0
+
+
 async def test_capability_status_is_written_once(world):
     world.server.create({"apiVersion": API_VERSION, "kind": "PeeringCapability", "metadata": {"name": "cm"},
                          "spec": {"version": "v1", "consumers": [{"namespace": "d8-m", "name": "ctl"}],

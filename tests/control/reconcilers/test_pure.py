@@ -140,9 +140,10 @@ def test_memory_schedule():
     for _ in range(50):
         delay = memory.next_pull() - time.monotonic()
         assert 23.9 <= delay <= 36.1
-    memory.get("x").pull_at = 1e12
+    memory.get("x").pull_at, memory.get("x").sync_failures = 1e12, 40
     memory.pull_now("x")
-    assert memory.get("x").pull_at == 0.0
+    # The peer called: pull now, and a failure now backs off from the shortest delay, not from the outage's.
+    assert (memory.get("x").pull_at, memory.get("x").sync_failures) == (0.0, 0)
     memory.forget("x")
     assert memory.get("x").sync_error is None
 

@@ -138,7 +138,7 @@ def test_project_peers_paired_unreachable_and_back():
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (59, "59s"), (60, "1m"), (90, "1m30s"), (3600, "1h"),
-                                               (3725, "1h2m")])
+                                               (3725, "1h2m"), (86400, "1d"), (3 * 86400 + 7300, "3d2h")])
 def test_durations(seconds, text):
     assert ev.duration(seconds) == text
 
