@@ -11,7 +11,7 @@ import uuid
 
 import yaml
 
-from lab.cluster import NAMESPACE
+from lab.cluster import NAMESPACE, READY_TIMEOUT
 from lab.demo.checks import Checks
 from lab.demo.failure import StepFailed
 from lab.demo.kubectl import REQUEST_LOG, Kubectl, condition, describe_peer, errors_of, quote
@@ -271,13 +271,20 @@ class Story(Checks):
         self.expect_row(k, ("get", "module", "peering"), "peering", PHASE="Ready", ENABLED="True")
 
     def wait_module(self, k: Kubectl, what: str, done) -> None:
+        """Until the Module `done`. The module manager keeps it Reconciling while the module's process starts,
+        which it allows READY_TIMEOUT before it says Error; the wait allows as much, so that a slow start on a
+        loaded machine is told from a failed one by the Module's own phase."""
         def probe() -> tuple[bool, str]:
             module = k.get_optional("module", "peering") or {}
             status = module.get("status") or {}
-            return bool(done(module)), f"phase={status.get('phase')!r} conditions=" + ", ".join(
+            seen = f"phase={status.get('phase')!r} conditions=" + ", ".join(
                 f"{c.get('type')}={c.get('status')} {c.get('message') or ''}".rstrip()
                 for c in status.get("conditions") or [])
-        self.until(what, f"{k.prompt} kubectl get module peering", probe)
+            if status.get("phase") == "Error" and not done(module):
+                raise StepFailed(self.step, command, what, seen)  # the module manager gave up: no use waiting
+            return bool(done(module)), seen
+        command = f"{k.prompt} kubectl get module peering"
+        self.until(what, command, probe, timeout=max(self.timeout, READY_TIMEOUT))
 
     def wait_gone(self, k: Kubectl, *what: str) -> None:
         def probe() -> tuple[bool, str]:

@@ -151,14 +151,16 @@ class SlowUpdates:
 
 async def test_a_leader_keeps_the_lease_while_renewals_are_slow_but_inside_the_renew_deadline(kube, api):
     # Each renewal takes 2/3 of the renew deadline: longer than half of it (where an attempt used to be cut off
-    # and sent again), shorter than the deadline itself.
-    slow = SlowUpdates(kube, delay=FAST["renew_deadline"] * 2 / 3)
+    # and sent again), shorter than the deadline itself. On a scale where the remaining third (1 s) is more than
+    # the update itself takes on a loaded machine: the property does not depend on the scale, the margin does.
+    scale = dict(duration=4.0, renew_deadline=3.0)
+    slow = SlowUpdates(kube, delay=scale["renew_deadline"] * 2 / 3)
     track = Leadership()
-    a = elector(slow, "a", track)
+    a = elector(slow, "a", track, **scale)
     a.start()
     try:
         await eventually(lambda: a.is_leader, what="a leads")
-        await eventually(lambda: slow.updates >= 5, timeout=10, what="five slow renewals")
+        await eventually(lambda: slow.updates >= 3, timeout=30, what="three slow renewals")
         assert a.is_leader and track.started == 1 and track.stopped == 0 and a.transitions == 1
     finally:
         await a.stop()
