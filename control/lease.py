@@ -203,20 +203,36 @@ class LeaderElector:
         await self._on_stopped()
 
     async def _release(self) -> None:
+        """Free the Lease we hold for a successor. The copy we last wrote may be behind the stored one: a renewal
+        cancelled by the stop may still have been applied by the API server. On a Conflict the Lease is read again
+        and released if we still hold it; not fatal when it cannot be (the successor waits out the duration)."""
         lease = self._lease
-        if lease is None:
-            return
-        spec = dict(lease.get("spec") or {})
-        if spec.get("holderIdentity") != self.identity:
-            return
-        spec.pop("holderIdentity", None)
-        spec["leaseDurationSeconds"] = 1
-        spec["renewTime"] = micro_time(self._wall())
-        try:
-            await self.kube.update(LEASES, {**lease, "spec": spec})
-            log.info("released the lease", extra={"lease": self.settings.name})
-        except Exception as exc:
-            # Not fatal: the successor takes over once the duration has passed.
-            log.warning("could not release the lease", extra={"lease": self.settings.name,
-                                                              "error": f"{type(exc).__name__}: {exc}"})
+        for _ in range(3):
+            if lease is None:
+                return
+            spec = dict(lease.get("spec") or {})
+            if spec.get("holderIdentity") != self.identity:
+                return
+            spec.pop("holderIdentity", None)
+            spec["leaseDurationSeconds"] = 1
+            spec["renewTime"] = micro_time(self._wall())
+            try:
+                await self.kube.update(LEASES, {**lease, "spec": spec})
+                log.info("released the lease", extra={"lease": self.settings.name})
+                return
+            except Conflict:
+                try:
+                    lease = await self.kube.get_or_none(LEASES, self.settings.name, self.namespace)
+                except Exception as exc:
+                    self._not_released(exc)
+                    return
+            except Exception as exc:
+                self._not_released(exc)
+                return
+        log.warning("could not release the lease: it kept changing", extra={"lease": self.settings.name})
+
+    def _not_released(self, exc: BaseException) -> None:
+        # Not fatal: the successor takes over once the duration has passed.
+        log.warning("could not release the lease", extra={"lease": self.settings.name,
+                                                          "error": f"{type(exc).__name__}: {exc}"})
 

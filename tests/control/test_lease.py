@@ -61,6 +61,24 @@ async def test_one_leader_then_handover_on_release(kube, api):
     assert "holderIdentity" not in server.get("coordination.k8s.io", "leases", "peering", NAMESPACE)["spec"]
 
 
+async def test_a_leader_releases_the_lease_even_when_its_last_renewal_landed_unseen(kube, api):
+    """A renewal cancelled by the stop may still have been applied by the API server: the leader's copy is then
+    behind, its release meets a Conflict, and the Lease is read again and released, not left for a successor to
+    wait out."""
+    server, _ = api
+    track = Leadership()
+    a = elector(kube, "a", track, retry_period=60.0)  # no renewal of its own while the test writes the Lease
+    a.start()
+    try:
+        await eventually(lambda: a.is_leader, what="a leads")
+        lease = server.get("coordination.k8s.io", "leases", "peering", NAMESPACE)
+        lease["spec"]["renewTime"] = "2030-01-01T00:00:00.000000Z"  # a's renewal, applied, its answer lost
+        server.update(lease)
+    finally:
+        await a.stop()
+    assert "holderIdentity" not in server.get("coordination.k8s.io", "leases", "peering", NAMESPACE)["spec"]
+
+
 async def test_a_crashed_leader_is_replaced_after_the_lease_duration(kube, api):
     server, _ = api
     a_track, b_track = Leadership(), Leadership()
