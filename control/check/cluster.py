@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 
 from contract.names import CA_SECRET, EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET, NAMESPACE, peer_secret_name
+from control.config import ControlSettings
 from control.kube import (CLUSTERPEERS, LEASES, NAMESPACES, PEERINGCAPABILITIES, PROJECTPEERS, SECRETS,
                           TOKENEXCHANGEPROVIDERS, ApiError, KubeSession, Resource)
 
@@ -83,6 +84,26 @@ class Facts:
 
     def clusterpeer(self, name: str) -> dict | None:
         return next((cp for cp in self.clusterpeers.items if cp["metadata"]["name"] == name), None)
+
+    def container(self) -> dict:
+        """The module's `peering` container of the Deployment as read ({} when it could not be)."""
+        obj = self.deployment.obj or {} if self.deployment.ok else {}
+        spec = (obj.get("spec") or {}).get("template", {}).get("spec", {})
+        return next((c for c in spec.get("containers") or [] if c.get("name") == "peering"), {})
+
+    def sync_interval(self) -> float:
+        """Seconds between the module's pulls of a peer's offer: `--peer-sync-interval` of the Deployment, else
+        the process's default."""
+        args = list(self.container().get("args") or [])
+        for i, arg in enumerate(args):
+            value = arg.partition("=")[2] if arg.startswith("--peer-sync-interval=") else \
+                args[i + 1] if arg == "--peer-sync-interval" and i + 1 < len(args) else None
+            if value is not None:
+                try:
+                    return float(value)
+                except ValueError:
+                    break
+        return ControlSettings.peer_sync_interval
 
 
 class ClusterReader:

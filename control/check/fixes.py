@@ -7,7 +7,7 @@ from __future__ import annotations
 from contract import reasons
 
 READY = {
-    "AwaitingOffer": "wait a pull interval (30 s); if it stays, check the other cluster's module (`d8 k "
+    "AwaitingOffer": "wait a pull interval (`--peer-sync-interval`, 30 s by default); if it stays, check the other cluster's module (`d8 k "
         "peering check` there)",
     "PeerUnreachable": "check that peering-gateway.<domain> of the other cluster resolves and is reachable "
         "from this cluster without TLS termination, and that the module runs there; the peering"

@@ -64,8 +64,8 @@ def sync_line(f: Facts, cp: dict) -> Line:
         return fail("sync", f"the pulls of the peer's offer have failed {lasting} ({ready.get('reason')}); the last "
                             f"offer, recorded {ago(f.now, last)}, stays in force",
                     _fix(ready.get("reason", ""), ready.get("message", "")), reason=ready.get("reason", ""), peer=name)
-    return ok("sync", f"the last pull worked; the peer's offer last changed {ago(f.now, last)} (a pull every 30 s; "
-                      "an unchanged offer is not written again)", peer=name)
+    return ok("sync", f"the last pull worked; the peer's offer last changed {ago(f.now, last)} (a pull every "
+                      f"{duration(f.sync_interval())}; an unchanged offer is not written again)", peer=name)
 
 
 def _status_of(f: Facts, cp: dict) -> str:
@@ -97,7 +97,8 @@ def peer_entrance_line(f: Facts, cp: dict, secret: Read, answer) -> Line:
         if ready.get("reason") in (cond.PEER_UNREACHABLE, cond.PEER_REFUSED_CERTIFICATE):
             return warn(check, f"{entrance} answered an offer pull just now, but the status says "
                                f"{_status_of(f, cp)}: the status is older than this probe",
-                        "nothing: the module's next pull (every 30 s) clears it", reason="StatusBehind", peer=name)
+                        f"nothing: the module's next pull (every {duration(f.sync_interval())}) clears it",
+                        reason="StatusBehind", peer=name)
         return ok(check, f"{entrance} answered an offer pull over mTLS just now (HTTP {answer.status})", peer=name)
     behind = f"; the status ({_status_of(f, cp)}) is older than this probe" if says_fine else ""
     if answer.refused_certificate:

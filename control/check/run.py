@@ -41,16 +41,11 @@ class Options:
     timeout: float = TIMEOUT
 
 
-def _container(f: Facts) -> dict:
-    spec = ((f.deployment.obj or {}).get("spec") or {}).get("template", {}).get("spec", {}) if f.deployment.ok else {}
-    return next((c for c in spec.get("containers") or [] if c.get("name") == "peering"), {})
-
-
 def domain_template(options: Options, f: Facts) -> tuple[str | None, str]:
     """The public domain template and where it came from."""
     if options.public_domain_template:
         return options.public_domain_template, "--public-domain-template"
-    args = list(_container(f).get("args") or [])
+    args = list(f.container().get("args") or [])
     if "--public-domain-template" in args and args.index("--public-domain-template") + 1 < len(args):
         return args[args.index("--public-domain-template") + 1], "the Deployment"
     settings = (((f.global_config.obj or {}).get("spec") or {}).get("settings") or {}) if f.global_config.ok else {}
@@ -63,7 +58,7 @@ def domain_template(options: Options, f: Facts) -> tuple[str | None, str]:
 def dex_url(options: Options, f: Facts, template: str) -> str:
     if options.dex_url:
         return options.dex_url
-    env = {e.get("name"): e.get("value") for e in _container(f).get("env") or [] if isinstance(e, dict)}
+    env = {e.get("name"): e.get("value") for e in f.container().get("env") or [] if isinstance(e, dict)}
     return env.get("PEERING_DEX_URL") or f"https://{template % 'dex'}/"
 
 
@@ -144,7 +139,7 @@ async def _check(options: Options, kube: KubeSession, report: Report, clock: Clo
                    *dex_lines.user_authn_lines(f, dex, dex_answer, token, dex_client_id(namespace=options.namespace)))
     else:
         answers = await pulls
-    report.add(judge.module_certificates_line(f), judge.lifetimes_line(f, _container(f)))
+    report.add(judge.module_certificates_line(f), judge.lifetimes_line(f, f.container()))
     pulled = {cp["metadata"]["name"]: answer for cp, answer in zip(selected, answers)}
     if options.peer and not selected:
         report.add(fail(f"clusterpeer {options.peer}", f"there is no ClusterPeer {options.peer}",

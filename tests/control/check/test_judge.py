@@ -254,3 +254,17 @@ def test_a_client_certificate_that_expired_while_the_peer_is_away_is_a_warning_w
     assert (line.status, line.reason) == ("fail", "CertificateExpired")
     assert "disabled and enabled again" in line.fix
     assert "disabled and enabled again" in peers.state_line(f, p["cp"]).fix
+
+
+def test_the_sync_line_tells_the_pull_interval_the_deployment_runs_with():
+    cp = {"metadata": {"name": "to-b"}, "status": {"peer": {"lastSyncTime": "2026-01-01T00:00:00Z"}, "conditions": [
+        {"type": "Ready", "status": "True", "reason": "PeeringReady"}]}}
+
+    def running(*args: str) -> Facts:
+        return facts(deployment=Read(OK, {"spec": {"template": {"spec": {"containers": [
+            {"name": "peering", "args": ["run", *args]}]}}}}))
+
+    assert "a pull every 30s;" in peers.sync_line(facts(), cp).message
+    assert "a pull every 3s;" in peers.sync_line(running("--peer-sync-interval", "3"), cp).message
+    assert "a pull every 1m30s;" in peers.sync_line(running("--peer-sync-interval=90"), cp).message
+    assert "a pull every 30s;" in peers.sync_line(running("--peer-sync-interval", "soon"), cp).message
