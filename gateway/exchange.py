@@ -74,9 +74,12 @@ def dex_refusal(status: int, body: object, *, client_id: str, connector_id: str,
                        "TokenExchangeProvider; see the TokenExchangeReady condition of the ClusterPeer")
     if status >= 500 and error == "server_error":
         return Refusal(503, EXCHANGE_MISCONFIGURED,
-                       f"Dex failed the exchange ({detail}); Dex answers so when its client {audience!r} does not "
-                       f"list {client_id} in trustedPeers: give the module's DexClient the annotation "
-                       "dexclient.deckhouse.io/allow-access-to-kubernetes: \"true\"")
+                       f"Dex failed the exchange ({detail}); Dex answers so when it has no client {audience!r} "
+                       "(user-authn renders it only with publishAPI.enabled: true in ModuleConfig user-authn, a "
+                       "kubeconfigGenerator entry or a DexAuthenticator with allowAccessToKubernetes) or when that "
+                       f"client does not list {client_id} in trustedPeers (the module's DexClient needs the "
+                       "annotation dexclient.deckhouse.io/allow-access-to-kubernetes: \"true\"); `d8 k peering "
+                       "check` tells which")
     if status >= 500:
         return Refusal(503, EXCHANGE_UNAVAILABLE,
                        f"Dex answered {detail} to the token exchange; it is retried on the next request")

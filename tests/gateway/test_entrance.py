@@ -272,8 +272,10 @@ async def test_dex_refusing_the_client_says_to_check_the_dexclient(gateway, sess
 
 
 @pytest.mark.parametrize("status, body, code, reason, words", [
-    # What upstream Dex answers when its kubernetes client does not list ours in trustedPeers.
+    # What upstream Dex answers when its kubernetes client does not list ours in trustedPeers, or does not exist
+    # (user-authn's publishAPI off): the message names both fixes.
     (500, {"error": "server_error"}, 503, "TokenExchangeMisconfigured", "trustedPeers"),
+    (500, {"error": "server_error"}, 503, "TokenExchangeMisconfigured", "publishAPI.enabled: true"),
     (400, {"error": "invalid_request", "error_description": "Requested connector does not exist."}, 503,
      "TokenExchangeMisconfigured", "TokenExchangeReady"),
     (401, {"error": "access_denied"}, 401, "TokenExchangeRefused", "keys the peer published"),
