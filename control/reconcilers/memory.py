@@ -34,7 +34,7 @@ class PeerMemory:
     notify_failures: int = 0
     #: the wall time (Unix seconds) of the last pull the peer answered with a valid offer; 0 before one.
     last_sync: float = 0.0
-    #: fingerprints of the certificates last seen in the peer Secret, {"client.crt", "issued.crt"}: a change of
+    #: fingerprints of the certificates last seen in the peer Secret, by key (CLIENT_CERT, ISSUED_CERT): a change of
     #: one is a renewal (an Event).
     seen_certs: dict = dataclasses.field(default_factory=dict)
     #: our client certificate before the last renewal, used again while the peer's entrance refuses the new one

@@ -12,9 +12,12 @@ from contract.names import (CA_SECRET, ENTRANCE_TLS_SECRET, JOIN_TLS_SECRET, MAN
 from control import pki
 from control import connstring
 from control.connstring import format_time
+from control.clusterpeer_status import write_status
 from control.facts import Discovery, Issuer
+from contract.peer_secret import PeerCredentials
 from control.kube import CLUSTERPEERS, NAMESPACES, PEERINGCAPABILITIES, SECRETS, Conflict, KubeSession, NotFound
 from control.optional import PROJECTS, TOKENEXCHANGEPROVIDERS
+from control.peer_secret import drop_peer_secret
 from control.peerclient import PeerClient
 from control.reconcilers.clusterpeer import invite as invite_phase
 from control.reconcilers.clusterpeer.join import Joiner
@@ -93,16 +96,6 @@ class ClusterPeerReconciler:
     async def close(self) -> None:
         await self.client.close()
 
-    async def _drop_abandoned_secret(self, key: str, secret: dict) -> None:
-        """Delete the peer Secret of an exchange the joiner never completed (the copy this pass judged: a
-        concurrent change, such as the joiner's certificate arriving, keeps it)."""
-        meta = secret.get("metadata") or {}
-        try:
-            await self.kube.delete(SECRETS, peer_secret_name(key), self.namespace,
-                                   resource_version=meta.get("resourceVersion"), uid=meta.get("uid"))
-        except (Conflict, NotFound):
-            pass
-
     async def _drop_copies(self, cp: dict, keys: list[str]) -> Result:
         """Remove the annotations that hold a copy of the connection string (kubectl's client-side apply writes
         one; the chart's admission policies refuse or strip it where they run, this covers the rest): a merge
@@ -123,7 +116,7 @@ class ClusterPeerReconciler:
 
     def _uuids_in_use(self, name: str) -> dict[str, str]:
         """The cluster UUIDs the live ClusterPeers other than `name` stand for (`rules.join.uuids_in_use`)."""
-        return join_rules.uuids_in_use(((key_of(cp), cp, creds.secret_values(self.secrets.get(
+        return join_rules.uuids_in_use(((key_of(cp), cp, PeerCredentials.from_secret(self.secrets.get(
             peer_secret_name(key_of(cp)), self.namespace))) for cp in self.clusterpeers.items()), exclude=name)
 
     # -- event to key mapping ----------------------------------------------------------------------------------
@@ -194,7 +187,8 @@ class ClusterPeerReconciler:
             invite, problem = invited.invite, invited.problem
             waits.append(invited.wait)
             if invited.drop_secret and obs.secret is not None:
-                await self._drop_abandoned_secret(key, obs.secret)
+                # The copy this pass judged: a concurrent change, such as the joiner's certificate arriving, keeps it.
+                await drop_peer_secret(self.kube, self.namespace, key, obs.secret)
                 return Result(requeue_after=0.5)
         elif obs.spec.type == JOIN and credentials.progress != "complete":
             joined = await self.joiner.join(obs, mem)
@@ -215,7 +209,7 @@ class ClusterPeerReconciler:
             synced = await self.syncer.sync(obs, mem, values, peer, just_joined=just_joined)
             values, peer = synced.values, synced.peer
             waits.append(synced.wait)
-            peer_uuid = (peer or {}).get("clusterUUID") or values.get("peer-uuid", "")
+            peer_uuid = (peer or {}).get("clusterUUID") or values.peer_uuid
             derived = entitlements(cp, peer=peer, local_capabilities=obs.local_capabilities,
                                    local_projects=obs.local_projects)
             token_exchange = await self.provider.keep(cp, peer=peer, own_uuid=own_uuid,
@@ -237,7 +231,7 @@ class ClusterPeerReconciler:
                               access=access, selfcheck=selfcheck)
         if status != obs.status:
             try:
-                await self.kube.update_status(CLUSTERPEERS, {**cp, "status": status})
+                await write_status(self.kube, cp, status)
             except Conflict:
                 return Result(requeue=True)
             except NotFound:

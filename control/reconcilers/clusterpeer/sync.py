@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable
 
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.clock import Clock
 from control.connstring import format_time
@@ -39,7 +40,7 @@ log = logging.getLogger("peering.control.clusterpeer")
 @dataclass(frozen=True)
 class SyncOutcome:
     #: The peer Secret's values after this phase (a renewed client certificate).
-    values: dict[str, str]
+    values: PeerCredentials
     #: status.peer: the fresh one after a pull that learnt something, else the previous one.
     peer: dict | None
     #: The last failure toward the peer, (reason, message), or None after a successful pull.
@@ -122,40 +123,40 @@ class Syncer:
         #: (rules/served.py); the registry publish that admits it queues the ClusterPeer again.
         self.admits = admits
 
-    async def sync(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None, *,
+    async def sync(self, obs: Observed, mem: PeerMemory, values: PeerCredentials, peer: dict | None, *,
                    just_joined: bool) -> SyncOutcome:
         values = await self._renew(obs, mem, values)
         undelivered = self._undelivered(obs, mem, values)
-        if mem.renew_error is not None and not _in_force(values["client.crt"], obs.now):
+        if mem.renew_error is not None and not _in_force(values.client_cert, obs.now):
             # Our certificate admits nothing but its renewal at the peer: the renewal's failure is the sync's, and
             # it is tried again with the backoff of a failed pull.
             reason, message = mem.renew_error
             if reason == cond.PEER_UNREACHABLE:
-                message = renewal.expired_meanwhile(message, _expiry(values["client.crt"]))
+                message = renewal.expired_meanwhile(message, _expiry(values.client_cert))
             mem.sync_error = (reason, message)
             mem.sync_failures += 1
             mem.pull_at = self.clock.monotonic() + self.memory.retry_after(mem.sync_failures)
             return SyncOutcome(values=values, peer=peer, error=mem.sync_error, undelivered=undelivered,
                                wait=max(0.05, mem.pull_at - self.clock.monotonic()))
-        if undelivered and not just_joined and self.admits(obs.key, values["issued.crt"]):
+        if undelivered and not just_joined and self.admits(obs.key, values.issued):
             await self._deliver(obs, mem, values)
         if mem.pull_at <= self.clock.monotonic() or peer is None:
             peer = await self._pull(obs, mem, values, peer)
         wait = mem.pull_at - self.clock.monotonic()
-        renew_in = _renew_in(values["client.crt"], obs.now)
+        renew_in = _renew_in(values.client_cert, obs.now)
         if renew_in > 0:
             wait = min(wait, renew_in)  # renewed at half of its lifetime, whatever the sync interval
         return SyncOutcome(values=values, peer=peer, error=mem.sync_error,
                            undelivered=self._undelivered(obs, mem, values), wait=max(0.05, wait))
 
     @staticmethod
-    def _undelivered(obs: Observed, mem: PeerMemory, values: dict[str, str]) -> bool:
+    def _undelivered(obs: Observed, mem: PeerMemory, values: PeerCredentials) -> bool:
         """A joiner has not delivered the certificate it issued for the inviter's key. By that key: the inviter
         renews it over /peering/v1/certificate for the same key, whose answer it gets at once, so a renewal (which
         changes issued.crt) leaves nothing to deliver."""
-        return obs.spec.type == JOIN and mem.delivered != _key_of(values.get("issued.crt", ""))
+        return obs.spec.type == JOIN and mem.delivered != _key_of(values.issued)
 
-    async def announce(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> float | None:
+    async def announce(self, obs: Observed, mem: PeerMemory, values: PeerCredentials) -> float | None:
         """Tell the peer our offer changed, once the status holding it is written; returns when to try again while
         the announcement is still due, else None."""
         if obs.offer == mem.notified_offer:
@@ -167,8 +168,8 @@ class Syncer:
             return max(0.05, mem.notify_at - self.clock.monotonic())
         return None
 
-    async def _call(self, mem: PeerMemory, values: dict[str, str], op: str, body: dict | None = None) -> Answer:
-        answer = await self._call_with(values, values.get("client.crt", ""), op, body)
+    async def _call(self, mem: PeerMemory, values: PeerCredentials, op: str, body: dict | None = None) -> Answer:
+        answer = await self._call_with(values, values.client_cert, op, body)
         previous = mem.previous_client_cert
         if not previous:
             return answer
@@ -180,30 +181,30 @@ class Syncer:
             mem.previous_client_cert = ""  # the entrance answered the new certificate: it knows it
         return answer
 
-    async def _call_with(self, values: dict[str, str], cert: str, op: str, body: dict | None) -> Answer:
-        return await self.client.call(values.get("peer-entrance", ""), op, body=body,
-                                      peer_ca_pem=values.get("peer-ca.crt", ""), client_cert_pem=cert,
-                                      client_key_pem=values.get("client.key", ""))
+    async def _call_with(self, values: PeerCredentials, cert: str, op: str, body: dict | None) -> Answer:
+        return await self.client.call(values.peer_entrance, op, body=body,
+                                      peer_ca_pem=values.peer_ca, client_cert_pem=cert,
+                                      client_key_pem=values.client_key)
 
-    async def _deliver(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> None:
+    async def _deliver(self, obs: Observed, mem: PeerMemory, values: PeerCredentials) -> None:
         # The newest certificate only: issued.crt keeps the last ones issued, but one is delivered.
         answer = await self._call(mem, values, "credentials",
-                                  join_rules.credentials_message(pki.newest(values["issued.crt"])))
+                                  join_rules.credentials_message(pki.newest(values.issued)))
         if answer.ok:
-            mem.delivered = _key_of(values["issued.crt"])
+            mem.delivered = _key_of(values.issued)
             mem.pull_at = 0.0
         else:
             mem.sync_error = failure(answer)
             log.info("credentials not delivered yet", extra={"clusterpeer": obs.key, "status": answer.status})
 
-    async def _renew(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> dict[str, str]:
+    async def _renew(self, obs: Observed, mem: PeerMemory, values: PeerCredentials) -> PeerCredentials:
         """Renew our client certificate once it is due, or at once once it expired (the peer was away longer than
         it lasted); keep the old one on any failure, and remember why (`mem.renew_error`)."""
-        held = values["client.crt"]
+        held = values.client_cert
         if not pki.needs_renewal(held, obs.now):
             mem.renew_error = None
             return values
-        csr = pki.csr_for_key(values["client.key"], obs.own_uuid)
+        csr = pki.csr_for_key(values.client_key, obs.own_uuid)
         answer = await self._call(mem, values, "certificate", join_rules.certificate_request(csr))
         if not answer.ok:
             mem.renew_error = renewal.renewal_failure(obs.key, answer.status, answer.body, **_tls(answer))
@@ -212,7 +213,7 @@ class Syncer:
             return values
         try:
             cert = join_rules.check_credentials(answer.body, own_key_fingerprint=pki.public_key_fingerprint(csr),
-                                                own_uuid=obs.own_uuid, peer_ca_pem=values["peer-ca.crt"], now=obs.now)
+                                                own_uuid=obs.own_uuid, peer_ca_pem=values.peer_ca, now=obs.now)
         except join_rules.JoinError as exc:
             mem.renew_error = (cond.PEER_UNREACHABLE, f"the peer answered the renewal of our client certificate with "
                                f"one this peering cannot use ({exc.message}); retried")
@@ -221,23 +222,23 @@ class Syncer:
 
         before: list[str] = []
 
-        def change(stored: dict[str, str]) -> dict[str, str] | None:
+        def change(stored: PeerCredentials) -> PeerCredentials | None:
             # Written over what the Secret holds now, not over this pass's copy: the peer handlers write the same
             # Secret (the certificate we issue to the peer), and a renewal lost to that race would be asked for
             # again and again with a certificate the peer stops accepting.
-            if stored.get("client.key") != values["client.key"]:
+            if stored.client_key != values.client_key:
                 return None
-            current = stored.get("client.crt", "")
+            current = stored.client_cert
             before[:] = [current]
             if current and not pki.needs_renewal(current, obs.now) and pki.not_after(current) >= pki.not_after(cert):
                 return None
-            return {**stored, "client.crt": cert}
+            return stored.replace(client_cert=cert)
 
         try:
             written = await update_peer_secret(self.kube, self.namespace, obs.key, change)
         except PeeringGone:
             return values
-        if written is None or written.get("client.crt") != cert:
+        if written is None or written.client_cert != cert:
             return values if written is None else written
         mem.renew_error = None
         if before == [cert]:
@@ -248,13 +249,13 @@ class Syncer:
         expired_at = _expired_at(held, obs.now)
         if expired_at is not None:
             # Read before the pull of this pass moves it: the last successful sync is when the outage began.
-            contact = renewal.last_contact(mem.last_sync, obs.status, _issue_times(held, values.get("issued.crt", "")))
+            contact = renewal.last_contact(mem.last_sync, obs.status, _issue_times(held, values.issued))
             mem.outage_note = renewal.outage_note(contact, obs.now, expired_at, pki.not_after(cert))
         log.info("client certificate renewed", extra={"clusterpeer": obs.key,
                                                       "after_outage": expired_at is not None})
         return written
 
-    async def _pull(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None) -> dict | None:
+    async def _pull(self, obs: Observed, mem: PeerMemory, values: PeerCredentials, peer: dict | None) -> dict | None:
         """Fetch the peer's offer; the previous status.peer stays on any failure (a failed sync never revokes)."""
         answer = await self._call(mem, values, "offer")
         if not answer.ok:
@@ -279,8 +280,8 @@ class Syncer:
         failed_before = mem.sync_error is not None
         mem.sync_error, mem.sync_failures = None, 0
         mem.last_sync = obs.now.timestamp()
-        fresh = offer_rules.peer_status(offer, alias=alias, cluster_uuid=values.get("peer-uuid", ""),
-                                        endpoint=values.get("peer-entrance", ""), last_sync=obs.now)
+        fresh = offer_rules.peer_status(offer, alias=alias, cluster_uuid=values.peer_uuid,
+                                        endpoint=values.peer_entrance, last_sync=obs.now)
         if not failed_before and offer_rules.same_peer(peer, fresh):
             return peer
         return fresh

@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 from jwcrypto import jwk
 
+from contract.peer_secret import PeerCredentials
 from control import connstring, pki
 from control.config import ControlSettings, KubeSettings, Settings
 from control.context import Context
@@ -320,11 +321,11 @@ async def test_an_established_peering_writes_only_what_a_pull_or_a_renewal_chang
         # The state a completed join leaves: both certificates, the peer's CA, where it is.
         now = datetime.datetime.now(datetime.timezone.utc)
         mine, theirs = pki.make_key_and_csr(CLUSTER_UUID), pki.make_key_and_csr(PEER_UUID)
-        server.create(creds.peer_secret(cp, NAMESPACE, {
+        server.create(creds.peer_secret(cp, NAMESPACE, PeerCredentials.from_values({
             "peer-ca.crt": peer_ca.cert_pem, "client.key": mine.key_pem,
             "client.crt": pki.issue_client_cert(peer_ca, mine.cert_pem, CLUSTER_UUID, now=now),
             "issued.crt": pki.issue_client_cert(our_ca, theirs.cert_pem, PEER_UUID, now=now),
-            "peer-uuid": PEER_UUID, "peer-entrance": PEER_ENTRANCE}))
+            "peer-uuid": PEER_UUID, "peer-entrance": PEER_ENTRANCE})))
         for name in ("cm", "nodes"):
             assert await world.settle("peeringcapability", name) == 1
 
