@@ -71,7 +71,7 @@ class ControlCollector:
     """A prometheus_client collector over a replica's caches; register it on the registry /metrics serves."""
 
     def __init__(self, informers: Informers, namespace: str, *, leading: Callable[[], bool],
-                 memory: Callable[[], Memory | None] = lambda: None) -> None:
+                 memory: Memory | None = None) -> None:
         self.informers = informers
         self.namespace = namespace
         self.leading = leading
@@ -95,7 +95,7 @@ class ControlCollector:
             out["peering_peer_ready_info"].add_metric(
                 [name, reason_label(str(status.get("phase") or "Unknown")),
                  reason_label(str(ready.get("reason") or "Unknown"))], 1.0)
-        memory = self.memory() if leading else None
+        memory = self.memory if leading else None
         if memory is not None:
             for name in sorted(names):
                 last = memory.get(name).last_sync if memory.known(name) else 0.0

@@ -15,7 +15,7 @@ from control import pki
 from control.informers import Informers
 from control.kube import CLUSTERPEERS, SECRETS
 from control.metrics import ControlCollector
-from control.reconcilers.memory import Memory
+from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import credentials as creds
 from tests.control.conftest import NAMESPACE, eventually
 
@@ -67,8 +67,8 @@ async def test_peerings_certificates_and_leadership_as_metrics(api, kube):
         await informers.wait_synced()
         leading = [False]
         memory = Memory()
-        memory.get("down").last_sync = 1_700_000_000.0
-        collector = ControlCollector(informers, NAMESPACE, leading=lambda: leading[0], memory=lambda: memory)
+        memory.keep("down", PeerMemory(last_sync=1_700_000_000.0))
+        collector = ControlCollector(informers, NAMESPACE, leading=lambda: leading[0], memory=memory)
         samples, text = _samples(collector)
         assert samples[("peering_leader", ())] == 0.0
         assert samples[("peering_peer_ready", (("peer", "ok"),))] == 1.0

@@ -79,8 +79,7 @@ class ClusterPeerReconciler:
         self.syncer = Syncer(ctx.kube, client, memory, ctx.clock, namespace=self.namespace, admits=(
             (lambda name, cert: admits_certificate(published.registry, name, cert)) if published is not None else
             (lambda name, cert: True)))
-        # Read at each pass: the runtime connects the gateway's exchange failures after building the reconcilers.
-        self.provider = ProviderKeeper(ctx.kube, self.providers, exchange_failures=lambda: ctx.exchange_failures())
+        self.provider = ProviderKeeper(ctx.kube, self.providers, exchange_failures=ctx.exchange_failures)
         every = self._every_key
         self.watches = (
             Watch(CLUSTERPEERS),
@@ -92,9 +91,6 @@ class ClusterPeerReconciler:
             # Only read when a string is issued; watched so that the cache is synced before the first one.
             Watch(SECRETS, namespace=self.namespace, field_selector=join_tls, keys=lambda e, o: ()),
         )
-
-    async def close(self) -> None:
-        await self.client.close()
 
     async def _drop_copies(self, cp: dict, keys: list[str]) -> Result:
         """Remove the annotations that hold a copy of the connection string (kubectl's client-side apply writes
@@ -173,7 +169,15 @@ class ClusterPeerReconciler:
                       local_projects=project_rules.local_projects(self.projects.items(), self.namespaces.items()),
                       projects_absent=PROJECTS.absent_message() if self.projects.available is False else None,
                       peering_version=self.peering_version)
-        mem = self.memory.get(key)
+        result, learnt = await self._phases(obs, self.memory.recall(key))
+        # What the phases learnt, handed back in their outcomes, is kept in this one place.
+        self.memory.keep(key, learnt)
+        return result
+
+    async def _phases(self, obs: Observed, mem: PeerMemory) -> tuple[Result, PeerMemory]:
+        """The phases of one pass from what it observed and the memory it starts with; the result, and the memory
+        as the phases' outcomes leave it."""
+        cp, key, own_uuid = obs.cp, obs.key, obs.own_uuid
         waits = [MAX_REQUEUE]
 
         # Invite or join, while the credentials exchange is not complete.
@@ -189,11 +193,12 @@ class ClusterPeerReconciler:
             if invited.drop_secret and obs.secret is not None:
                 # The copy this pass judged: a concurrent change, such as the joiner's certificate arriving, keeps it.
                 await drop_peer_secret(self.kube, self.namespace, key, obs.secret)
-                return Result(requeue_after=0.5)
+                return Result(requeue_after=0.5), mem
         elif obs.spec.type == JOIN and credentials.progress != "complete":
             joined = await self.joiner.join(obs, mem)
+            mem = joined.memory
             if joined.requeue:
-                return Result(requeue=True)
+                return Result(requeue=True), mem
             values, problem = joined.values, joined.problem
             waits.append(joined.wait)
             if joined.peer is not None:
@@ -207,7 +212,7 @@ class ClusterPeerReconciler:
         synced, derived, token_exchange, access = None, NONE, None, KEEP if obs.other_ca else None
         if established:
             synced = await self.syncer.sync(obs, mem, values, peer, just_joined=just_joined)
-            values, peer = synced.values, synced.peer
+            values, peer, mem = synced.values, synced.peer, synced.memory
             waits.append(synced.wait)
             peer_uuid = (peer or {}).get("clusterUUID") or values.peer_uuid
             derived = entitlements(cp, peer=peer, local_capabilities=obs.local_capabilities,
@@ -233,22 +238,23 @@ class ClusterPeerReconciler:
             try:
                 await write_status(self.kube, cp, status)
             except Conflict:
-                return Result(requeue=True)
+                return Result(requeue=True), mem
             except NotFound:
-                return Result()
+                return Result(), mem
             # The peer handlers serve it until the watch delivers it (the notify below makes the peer pull now).
             self.ctx.written_status[key] = ((cp.get("metadata") or {}).get("resourceVersion") or "", status)
             await self.ctx.events.emit_all(cp, event_rules.clusterpeer_events(obs.status, status, now=obs.now))
         if established:
-            renewed, mem.seen_certs = event_rules.certificate_events(mem.seen_certs, values, outage=mem.outage_note)
-            mem.outage_note = ""
+            renewed, seen = event_rules.certificate_events(mem.seen_certs, values, outage=mem.outage_note)
+            mem = mem.learnt(seen_certs=seen, outage_note="")
             await self.ctx.events.emit_all(cp, renewed)
             # The objects that follow from the status (grants, ProjectPeers) are the grants reconciler's: this
             # pass stays short however many projects are paired.
-            wait = await self.syncer.announce(obs, mem, values)
-            if wait is not None:
-                waits.append(wait)
-        return Result(requeue_after=min(waits))
+            announced = await self.syncer.announce(obs, mem, values)
+            mem = announced.memory
+            if announced.wait is not None:
+                waits.append(announced.wait)
+        return Result(requeue_after=min(waits)), mem
 
     def _status(self, obs: Observed, mem: PeerMemory, *, credentials: str, problem: tuple[str, str] | None,
                 invite: dict | None, peer: dict | None, synced: SyncOutcome | None, derived: Entitlements,

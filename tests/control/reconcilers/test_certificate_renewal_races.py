@@ -213,15 +213,16 @@ async def test_the_certificate_before_a_renewal_is_used_while_the_peer_has_not_l
     syncer = Syncer(None, entrance, Memory(clock=clock), clock, namespace=NAMESPACE)
     mem = PeerMemory(previous_client_cert=old)
     values = PeerCredentials(peer_entrance="e", peer_ca=peer_ca.cert_pem, client_cert=new, client_key=key.key_pem)
-    assert (await syncer._call(mem, values, "notify", {})).ok
-    assert entrance.presented == [new, old] and mem.previous_client_cert == old
+    answer, previous = await syncer._call(mem, values, "notify", {})
+    assert answer.ok and entrance.presented == [new, old] and previous == old
     # Once the entrance answers the new certificate, the old one is forgotten.
     entrance.accepted.add(new)
-    assert (await syncer._call(mem, values, "notify", {})).ok
-    assert entrance.presented[2:] == [new] and mem.previous_client_cert == ""
+    answer, previous = await syncer._call(mem, values, "notify", {})
+    assert answer.ok and entrance.presented[2:] == [new] and previous == ""
     # A revocation stays a revocation: the refusal is what the caller sees.
     entrance.accepted.clear()
-    assert (await syncer._call(mem, values, "notify", {})).status == 403
+    answer, _ = await syncer._call(mem.learnt(previous_client_cert=previous), values, "notify", {})
+    assert answer.status == 403
     assert entrance.presented[3:] == [new]
 
 
@@ -236,7 +237,7 @@ async def test_an_expired_previous_certificate_is_not_tried():
     syncer = Syncer(None, entrance, Memory(clock=clock), clock, namespace=NAMESPACE)
     mem = PeerMemory(previous_client_cert=old)
     values = PeerCredentials(peer_entrance="e", peer_ca=peer_ca.cert_pem, client_cert=new, client_key=key.key_pem)
-    assert (await syncer._call(mem, values, "offer")).status == 403
+    assert (await syncer._call(mem, values, "offer"))[0].status == 403
     assert entrance.presented == [new]
 
 
@@ -264,6 +265,7 @@ async def test_a_renewal_by_the_inviter_leaves_the_joiner_nothing_to_deliver():
     def deliveries() -> int:
         return entrance.ops.count("credentials")
     first = await syncer.sync(obs, mem, values, peer, just_joined=False)
+    mem = first.memory
     assert deliveries() == 1 and not first.undelivered
     clock.advance(13 * 3600)
     renewed = pki.issue_client_cert(our_ca, inviter_key.cert_pem, PEER_UUID, now=clock.now(), lifetime=LIFETIME)
@@ -272,11 +274,13 @@ async def test_a_renewal_by_the_inviter_leaves_the_joiner_nothing_to_deliver():
     entrance.accepted.add(ours)
     after = await syncer.sync(obs, mem, values.replace(client_cert=ours, issued=renewed + issued), peer,
                               just_joined=False)
+    mem = after.memory
     assert deliveries() == 1 and not after.undelivered
     # Another key is another certificate to deliver.
     other = pki.issue_client_cert(our_ca, pki.make_key_and_csr(PEER_UUID).cert_pem, PEER_UUID, now=clock.now(),
                                   lifetime=LIFETIME)
     again = await syncer.sync(obs, mem, values.replace(client_cert=ours, issued=other), peer, just_joined=False)
+    mem = again.memory
     assert deliveries() == 1 and again.undelivered
     admitted.add(other)
     delivered = await syncer.sync(obs, mem, values.replace(client_cert=ours, issued=other), peer,

@@ -111,9 +111,9 @@ class Pair:
 
     async def up(self, side: str) -> None:
         """Start the process of `side` anew (nothing in memory) and its entrance."""
-        world = World(self.apis[side], self.kubes[side], self.clock, self.resolve())
         # It leads: its Events are written (the process's Lease holder is the one that records them).
-        world.ctx.controller = types.SimpleNamespace(leading=True, runners=())
+        world = World(self.apis[side], self.kubes[side], self.clock, self.resolve(),
+                      controller=types.SimpleNamespace(leading=True, runners=()))
         await world.start()
         await world.settle("certificates", "certificates")
         self.worlds[side] = world
