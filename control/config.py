@@ -10,7 +10,6 @@ import dataclasses
 import datetime
 import os
 import socket
-from typing import Any
 
 from contract.names import DEX_CLIENT_NAME, NAMESPACE, dex_client_id, dex_client_secret_name
 
@@ -158,9 +157,6 @@ class Settings:
 
     log_level: str = "INFO"
     """Level of the JSON log lines."""
-
-    gateway: Any = None
-    """The gateway's own settings (gateway.config.GatewayConfig), derived from the fields above by the CLI."""
 
     def __post_init__(self) -> None:
         check_domain_template(self.public_domain_template)

@@ -1,8 +1,10 @@
 """What every reconciler and request handler of the process is given: the settings, the one API session, the
-shared informers, the handler registry, the clock, and the discovery cache they share.
+shared informers, the handler registry, the controller that runs the reconcilers, the clock, the gateway's
+exchange failures, and what they share (the discovery cache, the Event recorder, the ClusterPeer reconciler's
+memory, the client toward the peers).
 
-It is built by `control.process.Runtime` (the composition root) and imports nothing of the reconcilers or the
-handlers, so that they may all import it.
+It is built by `control.process.Runtime` (the composition root) with everything it holds, before any reconciler
+is made from it, and imports nothing of the reconcilers or the handlers, so that they may all import it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import functools
 from typing import TYPE_CHECKING, Callable
 
 from contract.names import CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE
+from gateway.resolve import OverrideResolver
+
 from control.clock import SYSTEM, Clock
 from control.config import Settings
 from control.events import EventRecorder
@@ -20,6 +24,8 @@ from control.feed import Published, cluster_uuid_from
 from control.handlers.dispatch import Handlers
 from control.informers import Informers
 from control.kube import CONFIGMAPS, KubeSession
+from control.peerclient import PeerClient
+from control.reconcilers.memory import Memory
 from control.rules.served import admits_certificate
 from control.watch import ObjectPoller
 
@@ -36,6 +42,8 @@ class Context:
     informers: Informers
     handlers: Handlers
     controller: "Controller | None" = None
+    """What runs the reconcilers on the Lease holder (made before them, empty); None where none run (a test of
+    the handlers alone): `enqueue` does nothing then and `leading` is false."""
     exchange_failures: Callable[[], dict[str, tuple[str, str]]] = lambda: {}
     """The gateway's last failed token exchange per Dex connector (reason, message); see Gateway."""
     clock: Clock = SYSTEM
@@ -87,6 +95,24 @@ class Context:
     def discovery(self) -> Discovery:
         """One discovery cache (resource scopes) for every reconciler that needs it."""
         return Discovery(self.kube, clock=self.clock)
+
+    @functools.cached_property
+    def peer_memory(self) -> Memory:
+        """What the ClusterPeer reconciler keeps between passes, which the peer handlers (a pull now) and the
+        metrics (the last sync) read too."""
+        return Memory(sync_interval=self.settings.control.peer_sync_interval, clock=self.clock)
+
+    @functools.cached_property
+    def peer_client(self) -> PeerClient:
+        """The one client toward the peers' join endpoints and entrances (with the settings' host overrides)."""
+        return PeerClient(OverrideResolver(self.settings.resolve))
+
+    async def close(self) -> None:
+        """Close what the Context made (the peer client and its resolver, once used)."""
+        client = self.__dict__.pop("peer_client", None)
+        if client is not None:
+            await client.close()
+            await client.resolver.close()
 
     async def admitted(self, clusterpeer: str, cert_pem: str) -> bool:
         """Wait (at most `served_wait`) until this replica's entrance admits `cert_pem` as ClusterPeer

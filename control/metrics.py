@@ -28,6 +28,7 @@ from typing import Callable, Iterable
 from prometheus_client.core import GaugeMetricFamily
 
 from contract.names import CA_SECRET, EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET, MANAGED_BY_SELECTOR
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.events import reason_label
 from control.informers import Informers
@@ -38,7 +39,8 @@ from control.rules import credentials as creds
 from control.rules.ownership import owner_names
 
 MODULE_CERTIFICATES = {CA_SECRET: "ca", ENTRANCE_TLS_SECRET: "entrance", EGRESS_TLS_SECRET: "egress"}
-PEER_CERTIFICATES = {"client.crt": "client", "issued.crt": "issued"}
+#: The peer Secret's certificates by their label: ours toward the peer and the one this cluster issued to it.
+PEER_CERTIFICATES = {"client": lambda values: values.client_cert, "issued": lambda values: values.issued}
 
 #: (name, help, labels) of every family, as `describe` announces them.
 FAMILIES = (
@@ -69,7 +71,7 @@ class ControlCollector:
     """A prometheus_client collector over a replica's caches; register it on the registry /metrics serves."""
 
     def __init__(self, informers: Informers, namespace: str, *, leading: Callable[[], bool],
-                 memory: Callable[[], Memory | None] = lambda: None) -> None:
+                 memory: Memory | None = None) -> None:
         self.informers = informers
         self.namespace = namespace
         self.leading = leading
@@ -93,7 +95,7 @@ class ControlCollector:
             out["peering_peer_ready_info"].add_metric(
                 [name, reason_label(str(status.get("phase") or "Unknown")),
                  reason_label(str(ready.get("reason") or "Unknown"))], 1.0)
-        memory = self.memory() if leading else None
+        memory = self.memory if leading else None
         if memory is not None:
             for name in sorted(names):
                 last = memory.get(name).last_sync if memory.known(name) else 0.0
@@ -102,15 +104,16 @@ class ControlCollector:
         secrets = self.informers.get(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY_SELECTOR)
         for secret in secrets.items():
             secret_name = (secret.get("metadata") or {}).get("name", "")
-            values = creds.secret_values(secret)
             if secret_name in MODULE_CERTIFICATES:
-                self._certificate(out, "", MODULE_CERTIFICATES[secret_name], values.get("tls.crt"))
+                self._certificate(out, "", MODULE_CERTIFICATES[secret_name],
+                                  creds.secret_values(secret).get("tls.crt"))
                 continue
             owners = [o for o in owner_names(secret) if o in names]
             if not owners:
                 continue
-            for key, certificate in PEER_CERTIFICATES.items():
-                self._certificate(out, owners[0], certificate, values.get(key))
+            values = PeerCredentials.from_secret(secret)
+            for certificate, held in PEER_CERTIFICATES.items():
+                self._certificate(out, owners[0], certificate, held(values))
         return list(out.values())
 
     @staticmethod

@@ -16,11 +16,11 @@ import json
 import logging
 import os
 import tempfile
-from typing import Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import prometheus_client
 
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, Limits
 from gateway.registry import Registry
 from gateway.resolve import OverrideResolver
 
@@ -36,7 +36,6 @@ from control.informers import Informers
 from control.kube import CLUSTERPEERS, KubeSession
 from control.lease import LeaderElector
 from control.metrics import ControlCollector
-from control.reconcilers.memory import Memory
 from control.workqueue import Controller, Reconciler
 
 log = logging.getLogger("peering.control.process")
@@ -53,13 +52,26 @@ RECONCILERS: tuple[Callable[[Context], Reconciler], ...] = (certificates, *recon
 """Every reconciler of the process, run on the Lease holder only."""
 
 
-class Runtime:
-    """The control loop of one replica around a gateway (anything with `publish`/`reload_certificates`, and
-    optionally `start`/`stop`)."""
+class Served(Sink, Protocol):
+    """The gateway a Runtime drives (`gateway.server.Gateway`): what the feed publishes into, started once the
+    caches run and stopped after the reconcilers."""
 
-    def __init__(self, settings: Settings, kube: KubeSession, gateway: Sink, *,
+    async def start(self) -> Any: ...
+
+    async def stop(self) -> Any: ...
+
+
+class Runtime:
+    """The control loop of one replica around a gateway. Each part is made with what it needs, in order: the
+    informers, the feed, the controller (empty), the Context with all of them, then every reconciler from the
+    Context, the Lease elector and the metrics. `exchange_failures` is the gateway's last failed token exchange
+    per Dex connector (`Gateway.exchange_failures`); `exchange_changed` is what the gateway calls when one
+    changes."""
+
+    def __init__(self, settings: Settings, kube: KubeSession, gateway: Served, *,
                  handlers: Handlers | None = None,
-                 reconcilers: Sequence[Callable[[Context], Reconciler]] = RECONCILERS, clock: Clock = SYSTEM) -> None:
+                 reconcilers: Sequence[Callable[[Context], Reconciler]] = RECONCILERS, clock: Clock = SYSTEM,
+                 exchange_failures: Callable[[], dict[str, tuple[str, str]]] = lambda: {}) -> None:
         self.settings = settings
         self.kube = kube
         self.gateway = gateway
@@ -68,33 +80,28 @@ class Runtime:
                                    optional_recheck=settings.control.optional_api_interval)
         self.feed = Feed(self.informers, gateway, settings.kube.namespace, coalesce=settings.control.feed_coalesce,
                          clock=clock)
-        self.ctx = Context(settings, kube, self.informers, self.handlers, clock=clock, published=self.feed.published)
+        self.controller = Controller(self.informers, workers=settings.control.reconcile_workers)
+        self.ctx = Context(settings, kube, self.informers, self.handlers, controller=self.controller, clock=clock,
+                           published=self.feed.published, exchange_failures=exchange_failures)
+        for make in reconcilers:
+            self.controller.add(make(self.ctx))
         # What a ClusterPeer announces waits for the registry that serves it (control/rules/access.py): a publish
         # that changes a peer queues its ClusterPeer again.
         self.feed.published.subscribe(lambda old, new: [self.ctx.enqueue("clusterpeer", name)
                                                         for name in changed_peers(old, new)])
-        self.controller = Controller(self.informers, [make(self.ctx) for make in reconcilers],
-                                     workers=settings.control.reconcile_workers)
-        self.ctx.controller = self.controller
-        if isinstance(getattr(gateway, "exchange_failures", None), dict):
-            self.ctx.exchange_failures = lambda: gateway.exchange_failures
-            # A change of how exchanges go is shown on the ClusterPeers at once (the connector is one of theirs).
-            gateway.on_exchange_change = lambda connector: [
-                self.ctx.enqueue("clusterpeer", key) for key in self.informers.get(CLUSTERPEERS).store]
         self.elector = LeaderElector(kube, settings.kube.namespace, settings.lease,
                                      on_started=self.controller.start, on_stopped=self.controller.stop)
         #: The metrics an administrator alerts on, computed at each scrape (register on the /metrics registry).
         self.metrics = ControlCollector(self.informers, settings.kube.namespace,
-                                        leading=lambda: self.elector.is_leader, memory=self._peer_memory)
+                                        leading=lambda: self.elector.is_leader, memory=self.ctx.peer_memory)
         self._started = False
         self._electing: asyncio.Task | None = None
 
-    def _peer_memory(self) -> Memory | None:
-        for runner in self.controller.runners:
-            memory = getattr(runner.reconciler, "memory", None)
-            if isinstance(memory, Memory):
-                return memory
-        return None
+    def exchange_changed(self, connector: str) -> None:
+        """A change of how exchanges go (through `connector`, one of the ClusterPeers') is shown on the
+        ClusterPeers at once."""
+        for key in self.informers.get(CLUSTERPEERS).store:
+            self.ctx.enqueue("clusterpeer", key)
 
     @property
     def ready(self) -> bool:
@@ -105,9 +112,7 @@ class Runtime:
         self._started = True
         self.informers.start()
         self.feed.start()
-        start = getattr(self.gateway, "start", None)
-        if start is not None:
-            await start()
+        await self.gateway.start()
         # The reconcilers announce only what this replica's gateway serves (rules/served.py): they lead only once
         # the gateway holds the registry of synced caches, not the empty one it starts with.
         self._electing = asyncio.create_task(self._elect_when_published(), name="elect-when-published")
@@ -129,13 +134,8 @@ class Runtime:
             self._electing = None
         await self.elector.stop(release=True)
         await self.controller.stop()
-        for runner in self.controller.runners:
-            close = getattr(runner.reconciler, "close", None)
-            if close is not None:
-                await close()
-        stop = getattr(self.gateway, "stop", None)
-        if stop is not None:
-            await stop()
+        await self.ctx.close()
+        await self.gateway.stop()
         await self.feed.stop()
         await self.informers.stop()
         log.info("control loop stopped")
@@ -172,9 +172,9 @@ class _Forwarded:
         return self.source.collect()
 
 
-def expose_control_metrics(gateway: object) -> None:
-    registry = getattr(getattr(gateway, "metrics", None), "registry", None)
-    if registry is not None and registry is not prometheus_client.REGISTRY:
+def expose_control_metrics(registry: prometheus_client.CollectorRegistry) -> None:
+    """Serve the control loop's metrics from the gateway's /metrics `registry` too."""
+    if registry is not prometheus_client.REGISTRY:
         registry.register(_Forwarded(prometheus_client.REGISTRY))
 
 
@@ -186,21 +186,20 @@ def gateway_config(settings: Settings, kube: KubeSession, dex: DexClientCredenti
     if settings.dex.ca_file:
         with open(settings.dex.ca_file, "rb") as f:
             dex_ca = f.read()
-    config = GatewayConfig(
+    # Dex's URL only when it is known (user-authn is enabled); the gateway's default stands otherwise.
+    dex_url = {"dex_url": settings.dex.url} if settings.dex.url else {}
+    return GatewayConfig(
         public_domain_template=settings.public_domain_template,
         api_server=creds.server, api_ca_pem=creds.ca_pem, api_token=lambda: creds.token() or "",
-        dex_client_id=dex.client_id(), dex_client_secret=dex.client_secret, dex_ca_pem=dex_ca,
+        dex_client_id=dex.client_id(), dex_client_secret=dex.client_secret, dex_ca_pem=dex_ca, **dex_url,
         resolve=dict(settings.resolve), workers=settings.workers,
         entrance_host=listen.bind_host, entrance_port=listen.entrance_port,
         join_host=listen.bind_host, join_port=listen.join_port,
         egress_host=listen.bind_host, egress_port=listen.egress_port,
-        ops_host=listen.bind_host, ops_port=listen.ops_port)
-    if settings.dex.url:
-        config.dex_url = settings.dex.url
-    config.limits.exchanges_per_peer_per_second = settings.exchanges_per_peer
-    config.limits.exchange_burst_per_peer = settings.exchange_burst_per_peer
-    config.trusted_proxies = settings.trusted_proxies
-    return config
+        ops_host=listen.bind_host, ops_port=listen.ops_port,
+        limits=Limits(exchanges_per_peer_per_second=settings.exchanges_per_peer,
+                      exchange_burst_per_peer=settings.exchange_burst_per_peer),
+        trusted_proxies=settings.trusted_proxies)
 
 
 async def run_process(settings: Settings, stop: asyncio.Event) -> None:
@@ -227,8 +226,11 @@ async def run_process(settings: Settings, stop: asyncio.Event) -> None:
                         "fails until user-authn writes it (from the DexClient of the chart); no restart is needed",
                         extra={"object": f"{settings.kube.namespace}/{dex.name}", "client": dex.id})
         gateway = Gateway(gateway_config(settings, kube, dex), handlers)
-        expose_control_metrics(gateway)
-        runtime = Runtime(settings, kube, gateway, handlers=handlers)
+        expose_control_metrics(gateway.metrics.registry)
+        runtime = Runtime(settings, kube, gateway, handlers=handlers,
+                          exchange_failures=lambda: gateway.exchange_failures)
+        # The gateway's one hook: it is made before the runtime, which drives it.
+        gateway.on_exchange_change = runtime.exchange_changed
         gateway.metrics.registry.register(runtime.metrics)
         try:
             await runtime.start()

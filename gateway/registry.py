@@ -6,8 +6,6 @@ The control loop builds it from watched API objects with `Registry.from_objects`
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -17,6 +15,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from contract.names import peer_secret_name, provider_name
+from contract.peer_secret import PeerCredentials
 
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -163,8 +162,8 @@ def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:
         return None
     if not isinstance(secret, dict):
         return None
-    data = secret.get("data") if isinstance(secret.get("data"), dict) else {}
-    issued = _b64(data.get("issued.crt"))
+    values = PeerCredentials.from_secret(secret)
+    issued = values.issued.encode()
     if not issued:
         return None
     validity = cert_validity(issued)
@@ -173,7 +172,7 @@ def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:
     status = clusterpeer.get("status") if isinstance(clusterpeer.get("status"), dict) else {}
     peer_status = status.get("peer") if isinstance(status.get("peer"), dict) else {}
     issuer = peer_status.get("issuer") if isinstance(peer_status.get("issuer"), dict) else {}
-    uuid = peer_status.get("clusterUUID") or _text(_b64(data.get("peer-uuid"))) or ""
+    uuid = peer_status.get("clusterUUID") or values.peer_uuid.strip() or ""
     effective = status.get("effectiveCapabilities")
     effective_set = frozenset(c for c in effective if isinstance(c, str)) if isinstance(effective, list) else frozenset()
     spec = clusterpeer.get("spec") if isinstance(clusterpeer.get("spec"), dict) else {}
@@ -189,10 +188,10 @@ def peer_from_objects(clusterpeer: dict, secret: dict | None) -> Peer | None:
         jwks_json=jwks,
         effective=effective_set,
         connector_id=provider_name(name),
-        entrance=_text(_b64(data.get("peer-entrance"))) or None,
-        peer_ca_pem=_b64(data.get("peer-ca.crt")) or None,
-        client_cert_pem=_b64(data.get("client.crt")) or None,
-        client_key_pem=_b64(data.get("client.key")) or None,
+        entrance=values.peer_entrance.strip() or None,
+        peer_ca_pem=values.peer_ca.encode() or None,
+        client_cert_pem=values.client_cert.encode() or None,
+        client_key_pem=values.client_key.encode() or None,
         opened=opened_set,
         grants=_grants(status.get("grants")),
         validity=validity,
@@ -254,17 +253,3 @@ def _get(obj: Any, *path: str) -> Any:
     return obj
 
 
-def _b64(value: Any) -> bytes:
-    if not isinstance(value, str):
-        return b""
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        return b""
-
-
-def _text(value: bytes) -> str:
-    try:
-        return value.decode().strip()
-    except UnicodeDecodeError:
-        return ""

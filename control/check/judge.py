@@ -12,6 +12,7 @@ import datetime
 
 from contract import reasons
 from contract.names import CA_SECRET, EGRESS_TLS_SECRET, ENTRANCE_TLS_SECRET
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.check.cluster import DEPLOYMENT, FORBIDDEN, MISSING, UNSERVED, Facts, Read
 from control.check.report import Line, fail, ok, warn
@@ -348,7 +349,8 @@ def lifetimes_line(f: Facts, container: dict) -> Line:
         if issued is not None:
             seen["server"] = (issued, "as the entrance certificate was issued")
     if "client" not in seen:
-        newest = [_issued_for(creds.secret_values(r.obj).get("issued.crt")) for r in f.peer_secrets.values() if r.ok]
+        newest = [_issued_for(PeerCredentials.from_secret(r.obj).issued or None)
+                  for r in f.peer_secrets.values() if r.ok]
         issued = next((s for s in newest if s is not None), None)
         if issued is not None:
             seen["client"] = (issued, "as the certificates issued to peers were")

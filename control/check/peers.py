@@ -7,13 +7,13 @@ the paired projects.
 from __future__ import annotations
 
 from contract import reasons
+from contract.peer_secret import CLIENT_CERT, ISSUED_CERT, PeerCredentials
 from control import pki
 from control.check import fixes
 from control.check.cluster import FORBIDDEN, MISSING, Facts, Read
 from control.check.judge import ago, certificate_text
 from control.check.report import Line, fail, ok, warn
 from control.rules import conditions as cond
-from control.rules import credentials as creds
 from control.rules import renewal
 from control.rules.events import PROGRESS, duration
 from control.rules.invite import parse_time
@@ -86,8 +86,8 @@ def peer_entrance_line(f: Facts, cp: dict, secret: Read, answer) -> Line:
                            "cluster's client certificate cannot be read with this role; the status above is the "
                            "module's last pull", "run the check as an administrator who may read Secrets in "
                            "d8-peering to probe the peer now", reason="Forbidden", peer=name)
-    values = creds.secret_values(secret.obj) if secret.ok else {}
-    entrance = values.get("peer-entrance") or "the peer's entrance"
+    values = PeerCredentials.from_secret(secret.obj if secret.ok else None)
+    entrance = values.peer_entrance or "the peer's entrance"
     if answer is None:
         return warn(check, f"{entrance} was not probed: the peering's Secret holds no credentials to pull with",
                     "see the certificates line", reason="NoCredentials", peer=name)
@@ -126,10 +126,10 @@ def certificates_line(f: Facts, cp: dict, secret: Read) -> Line:
     if not secret.ok:
         return warn("certificates", f"the Secret could not be read: {secret.detail}", "run the check again",
                     reason="ReadFailed", peer=name)
-    values = creds.secret_values(secret.obj)
+    values = PeerCredentials.from_secret(secret.obj)
     parts, states = [], []
-    for key, whose in (("client.crt", "ours toward the peer"), ("issued.crt", "the one issued to the peer")):
-        pem = values.get(key)
+    for key, pem, whose in ((CLIENT_CERT, values.client_cert, "ours toward the peer"),
+                            (ISSUED_CERT, values.issued, "the one issued to the peer")):
         if not pem:
             continue
         try:
@@ -140,14 +140,14 @@ def certificates_line(f: Facts, cp: dict, secret: Read) -> Line:
         states.append((state, key))
     message = "; ".join(parts) or "no certificate yet"
     ready = _ready(cp)
-    if ("expired", "client.crt") in states:
+    if ("expired", CLIENT_CERT) in states:
         if ready.get("reason") == cond.PEER_UNREACHABLE:
             # The outage outlasted it: renewed over the peering once the peer answers again (rules/renewal.py).
             return warn("certificates", message, fixes.EXPIRED_WHILE_AWAY, reason=reasons.CERTIFICATE_EXPIRED,
                         peer=name)
         return fail("certificates", message, _fix(ready.get("reason", ""), ready.get("message", "")),
                     reason=reasons.CERTIFICATE_EXPIRED, peer=name)
-    if ("expired", "issued.crt") in states:
+    if ("expired", ISSUED_CERT) in states:
         return warn("certificates", message, "the other cluster has not renewed the certificate this cluster issued "
                                              "to it: it is renewed once that cluster's module reaches this one "
                                              "again; if that cluster is up, run `d8 k peering check` there",

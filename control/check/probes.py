@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 
+from contract.peer_secret import PeerCredentials
 from control.peerclient import Answer, PeerClient
 from control.selfcheck import Probe, probe, served_certificate
 from gateway.exchange import GRANT, ID_TOKEN, basic_auth
@@ -120,15 +121,13 @@ async def dex_token(url: str, client_id: str | None, secret: str | None, overrid
                                    headers=headers), timeout, Https(error=f"no answer within {timeout:g} s"))
 
 
-async def peer_offer(values: dict[str, str], overrides: dict[str, str], *, timeout: float = TIMEOUT) -> Answer:
+async def peer_offer(values: PeerCredentials, overrides: dict[str, str], *, timeout: float = TIMEOUT) -> Answer:
     """One offer pull from the peer's entrance with the peering's credentials (its CA, our client certificate)."""
     resolver = OverrideResolver(overrides)
     client = PeerClient(resolver, timeout=timeout)
     try:
-        return await bounded(client.call(values.get("peer-entrance", ""), "offer",
-                                         peer_ca_pem=values.get("peer-ca.crt", ""),
-                                         client_cert_pem=values.get("client.crt", ""),
-                                         client_key_pem=values.get("client.key", "")),
+        return await bounded(client.call(values.peer_entrance, "offer", peer_ca_pem=values.peer_ca,
+                                         client_cert_pem=values.client_cert, client_key_pem=values.client_key),
                              timeout, Answer(None, f"no answer within {timeout:g} s"))
     finally:
         await client.close()

@@ -16,6 +16,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from contract.names import NAMESPACE, dex_client_id
+from contract.peer_secret import PeerCredentials
 from control.check import dex as dex_lines, judge, peers
 from control.check.cluster import ClusterReader, Facts
 from control.check.consumer import ConsumerRequest, consumer_lines
@@ -72,8 +73,8 @@ async def _pull(options: Options, f: Facts, cp: dict):
     if not peers.established(cp):
         return None
     secret = f.peer_secrets.get(cp["metadata"]["name"])
-    values = creds.secret_values(secret.obj) if secret is not None and secret.ok else {}
-    if not all(values.get(k) for k in ("peer-entrance", "peer-ca.crt", "client.crt", "client.key")):
+    values = PeerCredentials.from_secret(secret.obj if secret is not None and secret.ok else None)
+    if not (values.peer_entrance and values.peer_ca and values.client_cert and values.client_key):
         return None
     return await peer_offer(values, options.resolve, timeout=options.timeout)
 

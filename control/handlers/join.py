@@ -25,10 +25,12 @@ from contract import reasons
 from contract.names import CA_SECRET, MANAGED_BY_SELECTOR, peer_secret_name
 from gateway.protocol import JoinCall
 from contract.errors import Refusal
+from contract.peer_secret import PeerCredentials
 
 from control import pki
-from control.apply import READ, create_or_update
+from control.clusterpeer_status import write_invite
 from control.kube import CLUSTERPEERS, SECRETS, Conflict, NotFound
+from control.peer_secret import replace_peer_secret
 from control.rules import offer as offer_rules
 from control.rules import credentials as creds
 from control.rules import invite as invite_rules
@@ -118,7 +120,7 @@ class JoinHandler:
             secret = await self.kube.get_or_none(SECRETS, peer_secret_name(lookup), self.namespace)
             if name is None:
                 cp = secret = None
-            values = creds.secret_values(secret)
+            values = PeerCredentials.from_secret(secret)
             status = (cp or {}).get("status") or {}
             stored = status.get("invite") if cp else None
             redeemed_by = invite_rules.recorded_redeemer(stored) or creds.redeemer(values)
@@ -132,8 +134,7 @@ class JoinHandler:
                     # A crash left the redemption before its Secret and a join with another key came: it can never
                     # complete. Mark it so the reconciler issues a fresh string, with its reason.
                     try:
-                        await self.kube.update_status(CLUSTERPEERS, {**cp, "status": {
-                            **status, "invite": invite_rules.mark_abandoned(stored, now)}})
+                        await write_invite(self.kube, cp, invite_rules.mark_abandoned(stored, now))
                     except Conflict:
                         continue
                     decision = invite_rules.Redemption("refuse", reasons.TOKEN_USED, (
@@ -155,15 +156,15 @@ class JoinHandler:
                 log.info("join refused", extra={"remote": call.remote, "reason": reasons.CLUSTER_UUID_IN_USE})
                 raise _refuse(reasons.CLUSTER_UUID_IN_USE, claim)
             if decision.outcome == "reanswer":
-                if creds.redeemer(values) == redeemed_by and values.get("client.key"):
-                    issued = _first_cert(values["issued.crt"])
+                if creds.redeemer(values) == redeemed_by and values.client_key:
+                    issued = _first_cert(values.issued)
                     await self._served(name, issued)
-                    return self._answer(own_uuid, name, ca, issued, pki.csr_for_key(values["client.key"], own_uuid),
+                    return self._answer(own_uuid, name, ca, issued, pki.csr_for_key(values.client_key, own_uuid),
                                         status["offer"])
                 break  # the status names this joiner but a crash lost what came after: rebuild it below
             try:
                 used = invite_rules.mark_used(stored, invite_rules.Redeemer(req.cluster_uuid, req.key_fingerprint), now)
-                await self.kube.update_status(CLUSTERPEERS, {**cp, "status": {**status, "invite": used}})
+                await write_invite(self.kube, cp, used)
             except Conflict:
                 continue  # someone else wrote first: read again; the token is then used (or still free)
             break
@@ -184,13 +185,12 @@ class JoinHandler:
         except pki.PKIError as exc:
             raise _refuse(reasons.INVALID_CSR, exc.message) from None
         fresh_cp = await self.kube.get(CLUSTERPEERS, name)
-        obj = creds.peer_secret(fresh_cp, self.namespace, {
-            "peer-ca.crt": req.ca_pem, "client.key": material.key_pem, "issued.crt": issued,
-            "peer-uuid": req.cluster_uuid, "peer-entrance": req.entrance})
+        values = PeerCredentials(peer_ca=req.ca_pem, client_key=material.key_pem, issued=issued,
+                                 peer_uuid=req.cluster_uuid, peer_entrance=req.entrance)
         try:
             # A Secret left by an earlier, unfinished exchange of this ClusterPeer is replaced by the redemption
             # just won.
-            await create_or_update(self.kube, SECRETS, obj, current=READ)
+            await replace_peer_secret(self.kube, fresh_cp, self.namespace, values)
         except (Conflict, NotFound):
             raise _not_ready("the credentials could not be stored; join again") from None
         log.info("join accepted", extra={"clusterpeer": name, "peer": req.cluster_uuid})
@@ -210,7 +210,8 @@ class JoinHandler:
         peers = []
         for cp in self.clusterpeers.items():
             key = (cp.get("metadata") or {}).get("name") or ""
-            peers.append((key, cp, creds.secret_values(self.secrets.get(peer_secret_name(key), self.namespace))))
+            peers.append((key, cp, PeerCredentials.from_secret(self.secrets.get(peer_secret_name(key),
+                                                                                  self.namespace))))
         return join_rules.uuids_in_use(peers, exclude=name)
 
     def _answer(self, own_uuid: str, name: str, ca: pki.CertAndKey, certificate: str, csr: str, offer: dict) -> dict:

@@ -22,6 +22,7 @@ from contract import reasons
 from contract.names import CA_SECRET, MANAGED_BY_SELECTOR, peer_secret_name
 from gateway.protocol import PeerCall
 from contract.errors import Refusal
+from contract.peer_secret import PeerCredentials
 
 from control import pki
 from control.kube import CLUSTERPEERS, SECRETS
@@ -77,7 +78,8 @@ class PeerHandlers:
         self.pull_now(call.peer.name)
         return {}
 
-    async def _update_secret(self, name: str, change: Callable[[dict[str, str]], dict[str, str] | None]) -> dict:
+    async def _update_secret(self, name: str, change: Callable[[PeerCredentials], PeerCredentials | None]
+                             ) -> PeerCredentials:
         """Apply `change` to the peer Secret's values, from the cache first, and write it with the resourceVersion
         read (`update_peer_secret`)."""
         def cached() -> tuple[dict | None, dict | None]:
@@ -93,19 +95,19 @@ class PeerHandlers:
     async def credentials(self, call: PeerCall) -> dict:
         own_uuid = self.ctx.cluster_uuid()
 
-        def change(values: dict[str, str]) -> dict[str, str] | None:
-            if not values.get("client.key") or not values.get("peer-ca.crt"):
+        def change(values: PeerCredentials) -> PeerCredentials | None:
+            if not values.client_key or not values.peer_ca:
                 raise Refusal(409, reasons.NOT_JOINED, "this side holds no key for the peering yet")
-            key_fp = pki.public_key_fingerprint(pki.csr_for_key(values["client.key"], own_uuid))
+            key_fp = pki.public_key_fingerprint(pki.csr_for_key(values.client_key, own_uuid))
             try:
                 cert = join_rules.check_credentials(call.body, own_key_fingerprint=key_fp, own_uuid=own_uuid,
-                                                    peer_ca_pem=values["peer-ca.crt"], now=self.ctx.clock.now(),
+                                                    peer_ca_pem=values.peer_ca, now=self.ctx.clock.now(),
                                                     expired_ok=True)
             except join_rules.JoinError as exc:
                 raise _bad(exc) from None
-            if values.get("client.crt") == cert or _outlasts(values.get("client.crt", ""), cert):
+            if values.client_cert == cert or _outlasts(values.client_cert, cert):
                 return None  # delivered before (idempotent), or renewed since: a delivery never takes one back
-            return {**values, "client.crt": cert}
+            return values.replace(client_cert=cert)
 
         await self._update_secret(call.peer.name, change)
         self.pull_now(call.peer.name)
@@ -124,8 +126,8 @@ class PeerHandlers:
         issued: list[str] = []
         fresh: list[bool] = []
 
-        def change(values: dict[str, str]) -> dict[str, str] | None:
-            current = _certs(values.get("issued.crt", ""))
+        def change(values: PeerCredentials) -> PeerCredentials | None:
+            current = _certs(values.issued)
             if not current or pki.public_key_fingerprint(current[0]) != pki.public_key_fingerprint(csr):
                 raise Refusal(403, reasons.KEY_MISMATCH, "a renewal must keep the key of the current certificate")
             if not pki.needs_renewal(current[0], now):
@@ -133,13 +135,13 @@ class PeerHandlers:
                 # answer it again rather than issue one more, so retries cannot push a certificate out.
                 issued[:], fresh[:] = [current[0]], [False]
                 return None
-            cert = pki.issue_client_cert(ca, csr, values.get("peer-uuid") or call.peer.uuid, now=now,
+            cert = pki.issue_client_cert(ca, csr, values.peer_uuid or call.peer.uuid, now=now,
                                          lifetime=self.ctx.settings.control.client_lifetime)
             issued[:], fresh[:] = [cert], [True]
             # The earlier certificates stay known (at most KEEP_ISSUED in all), so the one the peer holds keeps
             # working while it stores the new one, and its open connections too, until each expires; an expired
             # one keeps only the right to ask for this renewal again.
-            return {**values, "issued.crt": "".join([cert, *current[:KEEP_ISSUED - 1]])}
+            return values.replace(issued="".join([cert, *current[:KEEP_ISSUED - 1]]))
 
         await self._update_secret(call.peer.name, change)
         log.info("client certificate renewed for peer" if fresh[0] else "client certificate answered again (renewed "

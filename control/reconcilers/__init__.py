@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from gateway.resolve import OverrideResolver, split_target
+from gateway.resolve import split_target
 
 from control.handlers.join import JoinHandler
 from control.handlers.peer import PeerHandlers
-from control.peerclient import PeerClient
 from control.reconcilers.capability import CapabilityReconciler
 from control.reconcilers.clusterpeer import NAME as CLUSTERPEER, ClusterPeerReconciler
 from control.reconcilers.grants import GrantsReconciler
-from control.reconcilers.memory import Memory
 from control.selfcheck import SelfCheck
 from control.version import version
 
@@ -23,9 +21,9 @@ if TYPE_CHECKING:
 
 
 def clusterpeers(ctx: "Context") -> "Reconciler":
-    """The ClusterPeer reconciler, with the join and peer handlers registered on `ctx.handlers`."""
+    """The ClusterPeer reconciler, with the join and peer handlers registered on `ctx.handlers`; they share the
+    Context's memory and peer client."""
     control = ctx.settings.control
-    memory = Memory(sync_interval=control.peer_sync_interval, clock=ctx.clock)
     resolve = dict(ctx.settings.resolve)
 
     def lookup(host: str) -> tuple[str, int] | None:
@@ -34,12 +32,11 @@ def clusterpeers(ctx: "Context") -> "Reconciler":
 
     selfcheck = SelfCheck(ctx.settings.entrance_host, resolve=lookup, interval=control.selfcheck_interval,
                           clock=ctx.clock)
-    client = PeerClient(OverrideResolver(resolve))
-    reconciler = ClusterPeerReconciler(ctx, client=client, memory=memory, selfcheck=selfcheck,
+    reconciler = ClusterPeerReconciler(ctx, client=ctx.peer_client, memory=ctx.peer_memory, selfcheck=selfcheck,
                                        peering_version=version())
 
     def pull_now(name: str) -> None:
-        memory.pull_now(name)
+        ctx.peer_memory.pull_now(name)
         ctx.enqueue(CLUSTERPEER, name)
 
     ctx.handlers.set_join(JoinHandler(ctx, on_joined=lambda name: ctx.enqueue(CLUSTERPEER, name)))

@@ -1,7 +1,11 @@
 """What the ClusterPeer reconciler observed over the network and keeps between passes (not in the API): the last
 join refusal, the last offer sync's failure, when to pull the peer's offer next, whether our credentials reached
-the inviter. Shared with the request handlers (a notify asks for a pull now). Losing it on a restart is harmless:
-every fact is observed again on the next pass."""
+the inviter. Losing it on a restart is harmless: every fact is observed again on the next pass.
+
+A pass reads it once (`Memory.recall`), each phase gets that value and hands back what it learnt in its outcome
+(`JoinOutcome.memory`, `SyncOutcome.memory`, `Announced.memory`), and the reconciler writes the last one back
+(`Memory.keep`), the one writer. A request handler only asks for a pull now (`Memory.pull_now`): the next pass
+recalls the memory with its pull due, however a pass in flight meanwhile ends."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import random
 from control.clock import SYSTEM, Clock
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class PeerMemory:
     #: ((uid, generation) of the spec it was seen with, reason, message) of the last join refusal.
     join_error: tuple[tuple[str, int], str, str] | None = None
@@ -34,7 +38,7 @@ class PeerMemory:
     notify_failures: int = 0
     #: the wall time (Unix seconds) of the last pull the peer answered with a valid offer; 0 before one.
     last_sync: float = 0.0
-    #: fingerprints of the certificates last seen in the peer Secret, {"client.crt", "issued.crt"}: a change of
+    #: fingerprints of the certificates last seen in the peer Secret, by key (CLIENT_CERT, ISSUED_CERT): a change of
     #: one is a renewal (an Event).
     seen_certs: dict = dataclasses.field(default_factory=dict)
     #: our client certificate before the last renewal, used again while the peer's entrance refuses the new one
@@ -43,8 +47,13 @@ class PeerMemory:
     #: (reason, message) of the last failed renewal of our client certificate; None once one succeeded or none is
     #: due. While the certificate is outside its validity period it is the sync's failure too.
     renew_error: tuple[str, str] | None = None
-    #: The note of the Event of a renewal after an outage (our certificate had expired), until it is recorded.
+    #: The note of the Event of a renewal after an outage (our certificate had expired), until it is recorded
+    #: (the pass that renewed may end before its Events, a status write meeting a newer object).
     outage_note: str = ""
+
+    def learnt(self, **changes) -> "PeerMemory":
+        """This memory with what a phase learnt."""
+        return dataclasses.replace(self, **changes)
 
 
 class Memory:
@@ -55,18 +64,31 @@ class Memory:
         self.jitter = jitter
         self.clock = clock
         self._peers: dict[str, PeerMemory] = {}
+        self._pull_now: set[str] = set()
 
     def get(self, name: str) -> PeerMemory:
-        mem = self._peers.get(name)
-        if mem is None:
-            mem = self._peers[name] = PeerMemory()
+        """What is kept of `name` (an empty memory for a peering not seen yet)."""
+        return self._peers.get(name) or PeerMemory()
+
+    def recall(self, name: str) -> PeerMemory:
+        """The memory a pass of `name` starts from: what is kept, with a pull due at once when a handler asked
+        for one since the last recall."""
+        mem = self.get(name)
+        if name in self._pull_now:
+            self._pull_now.discard(name)
+            mem = mem.learnt(pull_at=0.0, sync_failures=0)
         return mem
+
+    def keep(self, name: str, mem: PeerMemory) -> None:
+        """Keep what a pass of `name` learnt (the reconciler, once per pass)."""
+        self._peers[name] = mem
 
     def known(self, name: str) -> bool:
         return name in self._peers
 
     def forget(self, name: str) -> None:
         self._peers.pop(name, None)
+        self._pull_now.discard(name)
 
     def next_pull(self) -> float:
         """A jittered moment for the next periodic pull, so that many peers do not pull in step."""
@@ -77,21 +99,19 @@ class Memory:
         """Backoff for a failed pull or join: fast at first, never slower than the sync interval."""
         return min(self.sync_interval, 0.25 * (2 ** min(failures, 10)))
 
-    def announced(self, mem: PeerMemory, offer: dict, ok: bool) -> None:
-        """Record how announcing `offer` with a notify went. It is done once the peer took it, or after about a
+    def announced(self, mem: PeerMemory, offer: dict, ok: bool) -> PeerMemory:
+        """`mem` with how announcing `offer` with a notify went. It is done once the peer took it, or after about a
         sync interval of failures, when the peer's own periodic pulls (which fetch the current offer) take over;
-        until then it is tried again after a backoff (`mem.notify_at`). A fresh peering's first announcement can
-        arrive before the peer admits our certificate, so a failure is never taken for done at once."""
+        until then it is tried again after a backoff (`notify_at`). A fresh peering's first announcement can arrive
+        before the peer admits our certificate, so a failure is never taken for done at once."""
         if not ok:
             delay = self.retry_after(mem.notify_failures)
-            mem.notify_failures += 1
             if delay < self.sync_interval:
-                mem.notify_at = self.clock.monotonic() + delay
-                return
-        mem.notified_offer, mem.notify_failures, mem.notify_at = offer, 0, 0.0
+                return mem.learnt(notify_failures=mem.notify_failures + 1, notify_at=self.clock.monotonic() + delay)
+        return mem.learnt(notified_offer=offer, notify_failures=0, notify_at=0.0)
 
     def pull_now(self, name: str) -> None:
         """Pull at once: the peer called (a notify, a delivery, a renewal), so it is there; a pull that fails now
-        backs off from the shortest delay again, not from where an outage left the backoff."""
-        mem = self.get(name)
-        mem.pull_at, mem.sync_failures = 0.0, 0
+        backs off from the shortest delay again, not from where an outage left the backoff. Taken by the next
+        `recall` (the caller queues the ClusterPeer)."""
+        self._pull_now.add(name)

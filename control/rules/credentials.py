@@ -8,18 +8,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from contract.names import peer_secret_name
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.rules import ownership
 
-KEYS = ("peer-ca.crt", "client.key", "client.crt", "issued.crt", "peer-uuid", "peer-entrance")
 
-
-def peer_secret(clusterpeer: dict, namespace: str, values: dict[str, str]) -> dict:
-    """The Secret object with the given keys (text values; absent keys are left out), labelled and owned."""
+def peer_secret(clusterpeer: dict, namespace: str, values: PeerCredentials) -> dict:
+    """The Secret object with the given values (empty ones are left out), labelled and owned."""
     cp_name = clusterpeer["metadata"]["name"]
-    unknown = set(values) - set(KEYS)
-    if unknown:
-        raise ValueError(f"unknown keys for a peer Secret: {', '.join(sorted(unknown))}")
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -30,12 +26,13 @@ def peer_secret(clusterpeer: dict, namespace: str, values: dict[str, str]) -> di
             "labels": ownership.labels(cp_name),
             "ownerReferences": [ownership.owner_reference(clusterpeer)],
         },
-        "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items()) if v},
+        "data": values.to_data(),
     }
 
 
 def secret_values(secret: dict | None) -> dict[str, str]:
-    """The text values of a peer Secret as the API returns it (base64 data); unreadable keys are left out."""
+    """The text values of one of the module's TLS Secrets as the API returns it (base64 data); unreadable keys are
+    left out. A peer Secret is read as `PeerCredentials.from_secret`."""
     out = {}
     for k, v in ((secret or {}).get("data") or {}).items():
         try:
@@ -55,15 +52,15 @@ class CredentialsState:
     renew_client_cert: bool = False
 
 
-def credentials_state(values: dict[str, str], ca_pem: str, now: datetime) -> CredentialsState:
+def credentials_state(values: PeerCredentials, ca_pem: str, now: datetime) -> CredentialsState:
     """How far the exchange got, read from the Secret's values."""
-    have_ours = bool(values.get("client.crt") and values.get("client.key") and values.get("peer-ca.crt"))
-    have_issued = bool(values.get("issued.crt"))
+    have_ours = bool(values.client_cert and values.client_key and values.peer_ca)
+    have_issued = bool(values.issued)
     if not (have_ours or have_issued):
         return CredentialsState("none")
-    other_ca = have_issued and not pki.issued_by(values["issued.crt"], ca_pem)
+    other_ca = have_issued and not pki.issued_by(values.issued, ca_pem)
     progress = "complete" if have_ours and have_issued else "partial"
-    renew = have_ours and pki.needs_renewal(values["client.crt"], now)
+    renew = have_ours and pki.needs_renewal(values.client_cert, now)
     return CredentialsState(progress, other_ca, renew)
 
 
@@ -90,11 +87,12 @@ def cluster_ca(ca_secret: dict | None) -> pki.CertAndKey | None:
     return pki.CertAndKey(values["tls.crt"], values["tls.key"])
 
 
-def redeemer(values: dict[str, str]):
-    """Who redeemed the invite, from the Secret (peer-uuid and the key of issued.crt), or None before a join."""
+def redeemer(values: PeerCredentials):
+    """Who redeemed the invite, from the Secret (the peer's UUID and the key of the certificate issued to it), or
+    None before a join."""
     from control.rules.invite import Redeemer  # the invite rules own the type
 
-    uuid, issued = values.get("peer-uuid"), values.get("issued.crt")
+    uuid, issued = values.peer_uuid, values.issued
     if not uuid or not issued:
         return None
     try:

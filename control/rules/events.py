@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from contract.peer_secret import CLIENT_CERT, ISSUED_CERT, PeerCredentials
 from control import pki
 from control.connstring import format_time
 from control.rules import conditions as cond
@@ -153,7 +154,7 @@ def clusterpeer_events(old: dict | None, new: dict, *, now: datetime) -> list[Ev
     return out
 
 
-def certificate_events(seen: dict[str, str], values: dict[str, str], *, outage: str = ""
+def certificate_events(seen: dict[str, str], values: PeerCredentials, *, outage: str = ""
                        ) -> tuple[list[EventSpec], dict[str, str]]:
     """Renewals of the certificates of one peering, seen in its Secret's values: our client certificate toward
     the peer (`client.crt`) and the one this cluster issued to the peer (the newest of `issued.crt`). `seen` is
@@ -162,16 +163,15 @@ def certificate_events(seen: dict[str, str], values: dict[str, str], *, outage: 
     after a restart. Returns the Events and what to remember."""
     now_seen: dict[str, str] = {}
     out: list[EventSpec] = []
-    for key, whose in (("client.crt", "our client certificate toward the peer"),
-                       ("issued.crt", "the client certificate this cluster issued to the peer")):
-        text = values.get(key) or ""
+    for key, text, whose in ((CLIENT_CERT, values.client_cert, "our client certificate toward the peer"),
+                             (ISSUED_CERT, values.issued, "the client certificate this cluster issued to the peer")):
         try:
             fp, until = (pki.fingerprint(text), format_time(pki.not_after(text))) if text else ("", "")
         except pki.PKIError:
             fp, until = "", ""
         if fp:
             now_seen[key] = fp
-        if fp and key == "client.crt" and outage:
+        if fp and key == CLIENT_CERT and outage:
             out.append(EventSpec(NORMAL, CERTIFICATE_RENEWED, "Renew", outage))
         elif fp and seen.get(key) and seen[key] != fp:
             out.append(EventSpec(NORMAL, CERTIFICATE_RENEWED, "Renew",

@@ -16,6 +16,7 @@ from datetime import datetime
 
 from contract import reasons
 from contract.errors import InputError
+from contract.peer_secret import PeerCredentials
 from control import peertrust, pki
 from control.connstring import Invitation
 from control.rules.offer import validate_offer
@@ -95,7 +96,7 @@ def host_problem(value: str, what: str) -> str | None:
     return None
 
 
-def uuids_in_use(peers: Iterable[tuple[str, dict, dict[str, str]]], *, exclude: str) -> dict[str, str]:
+def uuids_in_use(peers: Iterable[tuple[str, dict, PeerCredentials]], *, exclude: str) -> dict[str, str]:
     """The cluster UUIDs the live ClusterPeers of this cluster other than `exclude` stand for, lower-cased, each
     with the name of its ClusterPeer: from `(name, clusterpeer, values of its peer Secret)`.
 
@@ -108,7 +109,7 @@ def uuids_in_use(peers: Iterable[tuple[str, dict, dict[str, str]]], *, exclude: 
         status = (cp or {}).get("status") or {}
         found = (((status.get("peer") or {}).get("clusterUUID")),
                  ((status.get("invite") or {}).get("redeemer") or {}).get("clusterUUID"),
-                 (values or {}).get("peer-uuid"))
+                 values.peer_uuid)
         for uuid in found:
             if isinstance(uuid, str) and uuid:
                 out.setdefault(uuid.lower(), name)

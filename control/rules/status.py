@@ -2,7 +2,9 @@
 observed.
 
 The reconcilers write it only when it differs from the stored status; unchanged conditions keep their
-lastTransitionTime, so an unchanged world yields a status equal to the stored one and no write.
+lastTransitionTime, so an unchanged world yields a status equal to the stored one and no write. One field has a
+second writer: the join handler sets a redemption's `status.invite` alone (`rules.invite.mark_used`,
+`mark_abandoned`); both writes go through `control/clusterpeer_status.py`.
 """
 
 from __future__ import annotations

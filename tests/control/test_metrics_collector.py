@@ -10,11 +10,12 @@ import datetime
 import prometheus_client
 from prometheus_client.parser import text_string_to_metric_families
 
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.informers import Informers
 from control.kube import CLUSTERPEERS, SECRETS
 from control.metrics import ControlCollector
-from control.reconcilers.memory import Memory
+from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import credentials as creds
 from tests.control.conftest import NAMESPACE, eventually
 
@@ -56,8 +57,8 @@ async def test_peerings_certificates_and_leadership_as_metrics(api, kube):
     mine, theirs = pki.make_key_and_csr("x-uuid"), pki.make_key_and_csr("y-uuid")
     client = pki.issue_client_cert(peer_ca, mine.cert_pem, "x-uuid", now=NOW)
     issued = pki.issue_client_cert(ca, theirs.cert_pem, "y-uuid", now=NOW - datetime.timedelta(hours=2))
-    server.create(creds.peer_secret(down, NAMESPACE, {"client.key": mine.key_pem, "client.crt": client,
-                                                      "issued.crt": issued, "peer-ca.crt": peer_ca.cert_pem}))
+    server.create(creds.peer_secret(down, NAMESPACE, PeerCredentials(client_key=mine.key_pem, client_cert=client,
+                                                                     issued=issued, peer_ca=peer_ca.cert_pem)))
     informers = Informers(kube)
     informers.get(CLUSTERPEERS)
     informers.get(SECRETS, namespace=NAMESPACE, label_selector="app.kubernetes.io/managed-by=peering")
@@ -66,8 +67,8 @@ async def test_peerings_certificates_and_leadership_as_metrics(api, kube):
         await informers.wait_synced()
         leading = [False]
         memory = Memory()
-        memory.get("down").last_sync = 1_700_000_000.0
-        collector = ControlCollector(informers, NAMESPACE, leading=lambda: leading[0], memory=lambda: memory)
+        memory.keep("down", PeerMemory(last_sync=1_700_000_000.0))
+        collector = ControlCollector(informers, NAMESPACE, leading=lambda: leading[0], memory=memory)
         samples, text = _samples(collector)
         assert samples[("peering_leader", ())] == 0.0
         assert samples[("peering_peer_ready", (("peer", "ok"),))] == 1.0

@@ -24,6 +24,12 @@ class RecordingGateway:
     def publish(self, registry):
         self.registries.append(registry)
 
+    async def start(self):
+        pass
+
+    async def stop(self):
+        pass
+
     async def reload_certificates(self, *, entrance_cert_pem, entrance_key_pem, ca_pem, egress_cert_pem,
                                   egress_key_pem):
         self.certificates.append(dict(entrance=entrance_cert_pem, entrance_key=entrance_key_pem, ca=ca_pem,

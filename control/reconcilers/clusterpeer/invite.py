@@ -33,7 +33,7 @@ def invite(obs: Observed, *, join_host: str, entrance_host: str, join_ca: Callab
     """`join_ca()` is the CA of the join endpoint when it is private (it travels in the string), else None."""
     current = obs.stored_invite
     if obs.credentials.progress == "partial" and current and current.get("used") and obs.spec.ttl is not None \
-            and not obs.values.get("client.crt"):
+            and not obs.values.client_cert:
         # Answered, and waiting for the joiner's certificate for our key: the exchange completes when it arrives.
         deadline = invite_rules.completion_deadline(current, obs.spec.ttl)
         if deadline is not None and obs.now >= deadline:

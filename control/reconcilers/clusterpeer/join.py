@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from contract import reasons
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.clock import Clock
 from control.kube import KubeSession
@@ -36,7 +37,9 @@ log = logging.getLogger("peering.control.clusterpeer")
 @dataclass(frozen=True)
 class JoinOutcome:
     #: The peer Secret's values after this phase.
-    values: dict[str, str]
+    values: PeerCredentials
+    #: What the phase leaves in the memory: the refusal and its backoff, or their end and the first pull's time.
+    memory: PeerMemory
     #: status.peer from the join answer, when this pass joined.
     peer: dict | None = None
     #: A spec problem found before any call (a connection string that cannot be used).
@@ -68,38 +71,38 @@ class Joiner:
         if owners and uid not in owners:
             # The Secret of an earlier ClusterPeer of this name, not yet collected: its key and answer belong to
             # that join. Start afresh (the write replaces it, or meets its deletion and runs again).
-            values = {}
-        if values.get("peer-ca.crt") and values.get("client.crt"):
+            values = PeerCredentials()
+        if values.peer_ca and values.client_cert:
             # The answer arrived earlier; only our half is missing (a crash between the two writes).
-            return JoinOutcome(values)
+            return JoinOutcome(values, mem)
         inv = obs.spec.invitation
         if obs.spec.problem is not None or inv is None:
-            return JoinOutcome(values, problem=obs.spec.problem)
+            return JoinOutcome(values, mem, problem=obs.spec.problem)
         # The spec a refusal was seen with: the object (its uid: a ClusterPeer deleted and made again under the same
         # name is a new join, even when no pass saw it absent) and its generation.
         generation = (uid, int(obs.generation or 0))
         if mem.join_error is not None and mem.join_error[0][0] != generation[0]:
-            mem.join_error, mem.join_failures, mem.join_retry_at = None, 0, 0.0
+            mem = mem.learnt(join_error=None, join_failures=0, join_retry_at=0.0)
         if mem.join_error is not None and mem.join_error[0] == generation and \
                 mem.join_error[1] in cond.PERMANENT_JOIN_REASONS:
             # The inviter refused for a reason only a new connection string fixes: do not knock again.
-            return JoinOutcome(values)
+            return JoinOutcome(values, mem)
         if self.clock.monotonic() < mem.join_retry_at:
-            return JoinOutcome(values, wait=mem.join_retry_at - self.clock.monotonic())
+            return JoinOutcome(values, mem, wait=mem.join_retry_at - self.clock.monotonic())
         claim = join_rules.claimed_uuid_problem(inv.cluster_uuid, own_uuid=obs.own_uuid, in_use={},
                                                 side="the inviting cluster")
         if claim is not None:
             # A string naming this cluster itself: nothing leaves the cluster.
             return self._failed(obs, mem, values, generation, reasons.CLUSTER_UUID_IN_USE, claim)
-        if not values.get("client.key"):
+        if not values.client_key:
             # Keep the key before the CSR leaves the cluster, so a repeated join presents the same key.
             material = pki.make_key_and_csr(obs.own_uuid)
-            secret = await write_peer_secret(self.kube, obs.cp, self.namespace, {"client.key": material.key_pem},
-                                             secret)
+            keyed = PeerCredentials(client_key=material.key_pem)
+            secret = await write_peer_secret(self.kube, obs.cp, self.namespace, keyed, secret)
             if secret is None:
-                return JoinOutcome(values, requeue=True)
-            values = {"client.key": material.key_pem}
-        csr = pki.csr_for_key(values["client.key"], obs.own_uuid)
+                return JoinOutcome(values, mem, requeue=True)
+            values = keyed
+        csr = pki.csr_for_key(values.client_key, obs.own_uuid)
         body = join_rules.join_request(inv, cluster_uuid=obs.own_uuid, alias=obs.key, entrance=self.entrance_host,
                                        ca_pem=obs.ca.cert_pem, csr_pem=csr, offer=obs.offer)
         answer = await self.client.join(inv, body)
@@ -125,24 +128,23 @@ class Joiner:
         except pki.PKIError as exc:
             return self._failed(obs, mem, values, generation, join_rules.INVALID_ANSWER,
                                 f"the inviting cluster's certificate request cannot be signed: {exc.message}")
-        new_values = {**values, "peer-ca.crt": checked.ca_pem, "client.crt": checked.certificate_pem,
-                      "issued.crt": issued, "peer-uuid": checked.cluster_uuid, "peer-entrance": checked.entrance}
+        new_values = values.replace(peer_ca=checked.ca_pem, client_cert=checked.certificate_pem, issued=issued,
+                                    peer_uuid=checked.cluster_uuid, peer_entrance=checked.entrance)
         if await write_peer_secret(self.kube, obs.cp, self.namespace, new_values, secret) is None:
-            return JoinOutcome(values, requeue=True)
-        mem.join_error, mem.join_failures, mem.pull_at = None, 0, self.memory.next_pull()
-        mem.last_sync = obs.now.timestamp()
+            return JoinOutcome(values, mem, requeue=True)
+        mem = mem.learnt(join_error=None, join_failures=0, pull_at=self.memory.next_pull(),
+                         last_sync=obs.now.timestamp())
         peer = offer_rules.peer_status(checked.offer, alias=checked.alias, cluster_uuid=checked.cluster_uuid,
                                        endpoint=checked.entrance, last_sync=obs.now)
         log.info("joined", extra={"clusterpeer": obs.key, "peer": checked.cluster_uuid})
         # Right after the join our status (with the offer the inviter pulls once it has our certificate) is
         # written first; the next pass, a moment later, delivers the certificate.
-        return JoinOutcome(new_values, peer=peer, wait=0.05)
+        return JoinOutcome(new_values, mem, peer=peer, wait=0.05)
 
-    def _failed(self, obs: Observed, mem: PeerMemory, values: dict[str, str], generation: tuple[str, int], reason: str,
+    def _failed(self, obs: Observed, mem: PeerMemory, values: PeerCredentials, generation: tuple[str, int], reason: str,
                 message: str) -> JoinOutcome:
-        mem.join_error = (generation, reason, message)
-        mem.join_failures += 1
-        wait = self.memory.retry_after(mem.join_failures)
-        mem.join_retry_at = self.clock.monotonic() + wait
+        failures = mem.join_failures + 1
+        wait = self.memory.retry_after(failures)
         log.warning("join refused", extra={"clusterpeer": obs.key, "reason": reason})
-        return JoinOutcome(values, wait=wait)
+        return JoinOutcome(values, mem.learnt(join_error=(generation, reason, message), join_failures=failures,
+                                              join_retry_at=self.clock.monotonic() + wait), wait=wait)

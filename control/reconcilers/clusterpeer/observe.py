@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.rules import credentials as creds
 from control.rules import offer as offer_rules
@@ -35,7 +36,7 @@ class Observed:
     local_projects: dict[str, list[str]]
     #: The peer Secret `peer-<name>` as the cache holds it, and its values.
     secret: dict | None
-    values: dict[str, str]
+    values: PeerCredentials
     credentials: creds.CredentialsState
     #: The peering was made with a peering CA other than the current one (the module was re-enabled).
     other_ca: bool
@@ -75,7 +76,7 @@ def observe(cp: dict, *, now: datetime.datetime, own_uuid: str, ca: pki.CertAndK
     offer = offer_rules.build_offer(issuer_url=issuer_url, jwks=jwks, projects=local_projects,
                                     capabilities=offered_capabilities(opened, local_capabilities),
                                     peering_version=peering_version)
-    values = creds.secret_values(peer_secret)
+    values = PeerCredentials.from_secret(peer_secret)
     credentials = creds.credentials_state(values, ca.cert_pem, now)
     # A re-enabled module has a new CA and, its namespace having been removed, maybe no peer Secret either.
     other_ca = credentials.from_other_ca or creds.made_with_other_ca(cp.get("status") or {}, ca.cert_pem)

@@ -12,9 +12,12 @@ from contract.names import (CA_SECRET, ENTRANCE_TLS_SECRET, JOIN_TLS_SECRET, MAN
 from control import pki
 from control import connstring
 from control.connstring import format_time
+from control.clusterpeer_status import write_status
 from control.facts import Discovery, Issuer
+from contract.peer_secret import PeerCredentials
 from control.kube import CLUSTERPEERS, NAMESPACES, PEERINGCAPABILITIES, SECRETS, Conflict, KubeSession, NotFound
 from control.optional import PROJECTS, TOKENEXCHANGEPROVIDERS
+from control.peer_secret import drop_peer_secret
 from control.peerclient import PeerClient
 from control.reconcilers.clusterpeer import invite as invite_phase
 from control.reconcilers.clusterpeer.join import Joiner
@@ -76,8 +79,7 @@ class ClusterPeerReconciler:
         self.syncer = Syncer(ctx.kube, client, memory, ctx.clock, namespace=self.namespace, admits=(
             (lambda name, cert: admits_certificate(published.registry, name, cert)) if published is not None else
             (lambda name, cert: True)))
-        # Read at each pass: the runtime connects the gateway's exchange failures after building the reconcilers.
-        self.provider = ProviderKeeper(ctx.kube, self.providers, exchange_failures=lambda: ctx.exchange_failures())
+        self.provider = ProviderKeeper(ctx.kube, self.providers, exchange_failures=ctx.exchange_failures)
         every = self._every_key
         self.watches = (
             Watch(CLUSTERPEERS),
@@ -89,19 +91,6 @@ class ClusterPeerReconciler:
             # Only read when a string is issued; watched so that the cache is synced before the first one.
             Watch(SECRETS, namespace=self.namespace, field_selector=join_tls, keys=lambda e, o: ()),
         )
-
-    async def close(self) -> None:
-        await self.client.close()
-
-    async def _drop_abandoned_secret(self, key: str, secret: dict) -> None:
-        """Delete the peer Secret of an exchange the joiner never completed (the copy this pass judged: a
-        concurrent change, such as the joiner's certificate arriving, keeps it)."""
-        meta = secret.get("metadata") or {}
-        try:
-            await self.kube.delete(SECRETS, peer_secret_name(key), self.namespace,
-                                   resource_version=meta.get("resourceVersion"), uid=meta.get("uid"))
-        except (Conflict, NotFound):
-            pass
 
     async def _drop_copies(self, cp: dict, keys: list[str]) -> Result:
         """Remove the annotations that hold a copy of the connection string (kubectl's client-side apply writes
@@ -123,7 +112,7 @@ class ClusterPeerReconciler:
 
     def _uuids_in_use(self, name: str) -> dict[str, str]:
         """The cluster UUIDs the live ClusterPeers other than `name` stand for (`rules.join.uuids_in_use`)."""
-        return join_rules.uuids_in_use(((key_of(cp), cp, creds.secret_values(self.secrets.get(
+        return join_rules.uuids_in_use(((key_of(cp), cp, PeerCredentials.from_secret(self.secrets.get(
             peer_secret_name(key_of(cp)), self.namespace))) for cp in self.clusterpeers.items()), exclude=name)
 
     # -- event to key mapping ----------------------------------------------------------------------------------
@@ -180,7 +169,15 @@ class ClusterPeerReconciler:
                       local_projects=project_rules.local_projects(self.projects.items(), self.namespaces.items()),
                       projects_absent=PROJECTS.absent_message() if self.projects.available is False else None,
                       peering_version=self.peering_version)
-        mem = self.memory.get(key)
+        result, learnt = await self._phases(obs, self.memory.recall(key))
+        # What the phases learnt, handed back in their outcomes, is kept in this one place.
+        self.memory.keep(key, learnt)
+        return result
+
+    async def _phases(self, obs: Observed, mem: PeerMemory) -> tuple[Result, PeerMemory]:
+        """The phases of one pass from what it observed and the memory it starts with; the result, and the memory
+        as the phases' outcomes leave it."""
+        cp, key, own_uuid = obs.cp, obs.key, obs.own_uuid
         waits = [MAX_REQUEUE]
 
         # Invite or join, while the credentials exchange is not complete.
@@ -194,12 +191,14 @@ class ClusterPeerReconciler:
             invite, problem = invited.invite, invited.problem
             waits.append(invited.wait)
             if invited.drop_secret and obs.secret is not None:
-                await self._drop_abandoned_secret(key, obs.secret)
-                return Result(requeue_after=0.5)
+                # The copy this pass judged: a concurrent change, such as the joiner's certificate arriving, keeps it.
+                await drop_peer_secret(self.kube, self.namespace, key, obs.secret)
+                return Result(requeue_after=0.5), mem
         elif obs.spec.type == JOIN and credentials.progress != "complete":
             joined = await self.joiner.join(obs, mem)
+            mem = joined.memory
             if joined.requeue:
-                return Result(requeue=True)
+                return Result(requeue=True), mem
             values, problem = joined.values, joined.problem
             waits.append(joined.wait)
             if joined.peer is not None:
@@ -213,9 +212,9 @@ class ClusterPeerReconciler:
         synced, derived, token_exchange, access = None, NONE, None, KEEP if obs.other_ca else None
         if established:
             synced = await self.syncer.sync(obs, mem, values, peer, just_joined=just_joined)
-            values, peer = synced.values, synced.peer
+            values, peer, mem = synced.values, synced.peer, synced.memory
             waits.append(synced.wait)
-            peer_uuid = (peer or {}).get("clusterUUID") or values.get("peer-uuid", "")
+            peer_uuid = (peer or {}).get("clusterUUID") or values.peer_uuid
             derived = entitlements(cp, peer=peer, local_capabilities=obs.local_capabilities,
                                    local_projects=obs.local_projects)
             token_exchange = await self.provider.keep(cp, peer=peer, own_uuid=own_uuid,
@@ -237,24 +236,25 @@ class ClusterPeerReconciler:
                               access=access, selfcheck=selfcheck)
         if status != obs.status:
             try:
-                await self.kube.update_status(CLUSTERPEERS, {**cp, "status": status})
+                await write_status(self.kube, cp, status)
             except Conflict:
-                return Result(requeue=True)
+                return Result(requeue=True), mem
             except NotFound:
-                return Result()
+                return Result(), mem
             # The peer handlers serve it until the watch delivers it (the notify below makes the peer pull now).
             self.ctx.written_status[key] = ((cp.get("metadata") or {}).get("resourceVersion") or "", status)
             await self.ctx.events.emit_all(cp, event_rules.clusterpeer_events(obs.status, status, now=obs.now))
         if established:
-            renewed, mem.seen_certs = event_rules.certificate_events(mem.seen_certs, values, outage=mem.outage_note)
-            mem.outage_note = ""
+            renewed, seen = event_rules.certificate_events(mem.seen_certs, values, outage=mem.outage_note)
+            mem = mem.learnt(seen_certs=seen, outage_note="")
             await self.ctx.events.emit_all(cp, renewed)
             # The objects that follow from the status (grants, ProjectPeers) are the grants reconciler's: this
             # pass stays short however many projects are paired.
-            wait = await self.syncer.announce(obs, mem, values)
-            if wait is not None:
-                waits.append(wait)
-        return Result(requeue_after=min(waits))
+            announced = await self.syncer.announce(obs, mem, values)
+            mem = announced.memory
+            if announced.wait is not None:
+                waits.append(announced.wait)
+        return Result(requeue_after=min(waits)), mem
 
     def _status(self, obs: Observed, mem: PeerMemory, *, credentials: str, problem: tuple[str, str] | None,
                 invite: dict | None, peer: dict | None, synced: SyncOutcome | None, derived: Entitlements,

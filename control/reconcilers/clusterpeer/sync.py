@@ -9,8 +9,11 @@
 - after the status is written, announce a changed offer of ours (`/peering/v1/notify`).
 
 A failure never takes anything away: the previous status.peer stays, and the failure is remembered
-(`PeerMemory.sync_error`) for Ready until a pull succeeds. status.peer.lastSyncTime moves only when a pull learnt
-something (`rules.offer.same_peer`), so a steady state writes nothing.
+(`PeerMemory.sync_error`, in the outcome's memory) for Ready until a pull succeeds. status.peer.lastSyncTime moves
+only when a pull learnt something (`rules.offer.same_peer`), so a steady state writes nothing.
+
+Each step takes the memory the pass recalled and returns it with what it learnt (`PeerMemory.learnt`); nothing
+here writes the shared `Memory`: the reconciler keeps the outcome's.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable
 
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.clock import Clock
 from control.connstring import format_time
@@ -39,7 +43,7 @@ log = logging.getLogger("peering.control.clusterpeer")
 @dataclass(frozen=True)
 class SyncOutcome:
     #: The peer Secret's values after this phase (a renewed client certificate).
-    values: dict[str, str]
+    values: PeerCredentials
     #: status.peer: the fresh one after a pull that learnt something, else the previous one.
     peer: dict | None
     #: The last failure toward the peer, (reason, message), or None after a successful pull.
@@ -48,6 +52,25 @@ class SyncOutcome:
     undelivered: bool
     #: When the next pull is due.
     wait: float
+    #: What the phase leaves in the memory (the pull's time and failures, a delivery, a renewal and its failure).
+    memory: PeerMemory
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """What `_renew` did: the values after it, its failure (None once renewed or when none is due), the
+    certificate to fall back on while the peer learns the new one, and an outage's note."""
+    values: PeerCredentials
+    error: tuple[str, str] | None
+    previous: str
+    outage_note: str = ""
+
+
+@dataclass(frozen=True)
+class Announced:
+    #: When to try the announcement again while it is still due, else None.
+    wait: float | None
+    memory: PeerMemory
 
 
 def _issue_times(*pems: str) -> list:
@@ -122,165 +145,165 @@ class Syncer:
         #: (rules/served.py); the registry publish that admits it queues the ClusterPeer again.
         self.admits = admits
 
-    async def sync(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None, *,
+    async def sync(self, obs: Observed, mem: PeerMemory, values: PeerCredentials, peer: dict | None, *,
                    just_joined: bool) -> SyncOutcome:
-        values = await self._renew(obs, mem, values)
+        renewed = await self._renew(obs, mem, values)
+        values = renewed.values
+        mem = mem.learnt(renew_error=renewed.error, previous_client_cert=renewed.previous,
+                         outage_note=renewed.outage_note or mem.outage_note)
         undelivered = self._undelivered(obs, mem, values)
-        if mem.renew_error is not None and not _in_force(values["client.crt"], obs.now):
+        if mem.renew_error is not None and not _in_force(values.client_cert, obs.now):
             # Our certificate admits nothing but its renewal at the peer: the renewal's failure is the sync's, and
             # it is tried again with the backoff of a failed pull.
             reason, message = mem.renew_error
             if reason == cond.PEER_UNREACHABLE:
-                message = renewal.expired_meanwhile(message, _expiry(values["client.crt"]))
-            mem.sync_error = (reason, message)
-            mem.sync_failures += 1
-            mem.pull_at = self.clock.monotonic() + self.memory.retry_after(mem.sync_failures)
+                message = renewal.expired_meanwhile(message, _expiry(values.client_cert))
+            mem = self._pull_failed(mem, (reason, message))
             return SyncOutcome(values=values, peer=peer, error=mem.sync_error, undelivered=undelivered,
-                               wait=max(0.05, mem.pull_at - self.clock.monotonic()))
-        if undelivered and not just_joined and self.admits(obs.key, values["issued.crt"]):
-            await self._deliver(obs, mem, values)
+                               wait=max(0.05, mem.pull_at - self.clock.monotonic()), memory=mem)
+        if undelivered and not just_joined and self.admits(obs.key, values.issued):
+            mem = await self._deliver(obs, mem, values)
         if mem.pull_at <= self.clock.monotonic() or peer is None:
-            peer = await self._pull(obs, mem, values, peer)
+            peer, mem = await self._pull(obs, mem, values, peer)
         wait = mem.pull_at - self.clock.monotonic()
-        renew_in = _renew_in(values["client.crt"], obs.now)
+        renew_in = _renew_in(values.client_cert, obs.now)
         if renew_in > 0:
             wait = min(wait, renew_in)  # renewed at half of its lifetime, whatever the sync interval
         return SyncOutcome(values=values, peer=peer, error=mem.sync_error,
-                           undelivered=self._undelivered(obs, mem, values), wait=max(0.05, wait))
+                           undelivered=self._undelivered(obs, mem, values), wait=max(0.05, wait), memory=mem)
 
     @staticmethod
-    def _undelivered(obs: Observed, mem: PeerMemory, values: dict[str, str]) -> bool:
+    def _undelivered(obs: Observed, mem: PeerMemory, values: PeerCredentials) -> bool:
         """A joiner has not delivered the certificate it issued for the inviter's key. By that key: the inviter
         renews it over /peering/v1/certificate for the same key, whose answer it gets at once, so a renewal (which
         changes issued.crt) leaves nothing to deliver."""
-        return obs.spec.type == JOIN and mem.delivered != _key_of(values.get("issued.crt", ""))
+        return obs.spec.type == JOIN and mem.delivered != _key_of(values.issued)
 
-    async def announce(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> float | None:
-        """Tell the peer our offer changed, once the status holding it is written; returns when to try again while
-        the announcement is still due, else None."""
+    async def announce(self, obs: Observed, mem: PeerMemory, values: PeerCredentials) -> Announced:
+        """Tell the peer our offer changed, once the status holding it is written; says when to try again while
+        the announcement is still due."""
         if obs.offer == mem.notified_offer:
-            return None
+            return Announced(None, mem)
         if self.clock.monotonic() >= mem.notify_at:
-            answer = await self._call(mem, values, "notify", body={})
-            self.memory.announced(mem, obs.offer, answer.ok)
+            answer, previous = await self._call(mem, values, "notify", body={})
+            mem = self.memory.announced(mem.learnt(previous_client_cert=previous), obs.offer, answer.ok)
         if obs.offer != mem.notified_offer:
-            return max(0.05, mem.notify_at - self.clock.monotonic())
-        return None
+            return Announced(max(0.05, mem.notify_at - self.clock.monotonic()), mem)
+        return Announced(None, mem)
 
-    async def _call(self, mem: PeerMemory, values: dict[str, str], op: str, body: dict | None = None) -> Answer:
-        answer = await self._call_with(values, values.get("client.crt", ""), op, body)
+    async def _call(self, mem: PeerMemory, values: PeerCredentials, op: str, body: dict | None = None
+                    ) -> tuple[Answer, str]:
+        """The answer, and the certificate to fall back on after it (`PeerMemory.previous_client_cert`)."""
+        answer = await self._call_with(values, values.client_cert, op, body)
         previous = mem.previous_client_cert
         if not previous:
-            return answer
+            return answer, previous
         if failure(answer)[0] == cond.PEER_REFUSED_CERTIFICATE and pki.valid_at(previous, self.clock.now()):
             # Just renewed, and the peer's entrance (or one of its replicas) has not learnt the certificate it
             # issued yet: the one before stays accepted there until it expires, so use it meanwhile.
-            return await self._call_with(values, previous, op, body)
+            return await self._call_with(values, previous, op, body), previous
         if answer.status is not None:
-            mem.previous_client_cert = ""  # the entrance answered the new certificate: it knows it
-        return answer
+            return answer, ""  # the entrance answered the new certificate: it knows it
+        return answer, previous
 
-    async def _call_with(self, values: dict[str, str], cert: str, op: str, body: dict | None) -> Answer:
-        return await self.client.call(values.get("peer-entrance", ""), op, body=body,
-                                      peer_ca_pem=values.get("peer-ca.crt", ""), client_cert_pem=cert,
-                                      client_key_pem=values.get("client.key", ""))
+    async def _call_with(self, values: PeerCredentials, cert: str, op: str, body: dict | None) -> Answer:
+        return await self.client.call(values.peer_entrance, op, body=body, peer_ca_pem=values.peer_ca,
+                                      client_cert_pem=cert, client_key_pem=values.client_key)
 
-    async def _deliver(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> None:
+    async def _deliver(self, obs: Observed, mem: PeerMemory, values: PeerCredentials) -> PeerMemory:
         # The newest certificate only: issued.crt keeps the last ones issued, but one is delivered.
-        answer = await self._call(mem, values, "credentials",
-                                  join_rules.credentials_message(pki.newest(values["issued.crt"])))
+        answer, previous = await self._call(mem, values, "credentials",
+                                            join_rules.credentials_message(pki.newest(values.issued)))
+        mem = mem.learnt(previous_client_cert=previous)
         if answer.ok:
-            mem.delivered = _key_of(values["issued.crt"])
-            mem.pull_at = 0.0
-        else:
-            mem.sync_error = failure(answer)
-            log.info("credentials not delivered yet", extra={"clusterpeer": obs.key, "status": answer.status})
+            return mem.learnt(delivered=_key_of(values.issued), pull_at=0.0)
+        log.info("credentials not delivered yet", extra={"clusterpeer": obs.key, "status": answer.status})
+        return mem.learnt(sync_error=failure(answer))
 
-    async def _renew(self, obs: Observed, mem: PeerMemory, values: dict[str, str]) -> dict[str, str]:
+    async def _renew(self, obs: Observed, mem: PeerMemory, values: PeerCredentials) -> Renewal:
         """Renew our client certificate once it is due, or at once once it expired (the peer was away longer than
-        it lasted); keep the old one on any failure, and remember why (`mem.renew_error`)."""
-        held = values["client.crt"]
+        it lasted); keep the old one on any failure, and say why."""
+        held = values.client_cert
         if not pki.needs_renewal(held, obs.now):
-            mem.renew_error = None
-            return values
-        csr = pki.csr_for_key(values["client.key"], obs.own_uuid)
-        answer = await self._call(mem, values, "certificate", join_rules.certificate_request(csr))
+            return Renewal(values, None, mem.previous_client_cert)
+        csr = pki.csr_for_key(values.client_key, obs.own_uuid)
+        answer, previous = await self._call(mem, values, "certificate", join_rules.certificate_request(csr))
         if not answer.ok:
-            mem.renew_error = renewal.renewal_failure(obs.key, answer.status, answer.body, **_tls(answer))
+            error = renewal.renewal_failure(obs.key, answer.status, answer.body, **_tls(answer))
             log.warning("client certificate renewal failed", extra={"clusterpeer": obs.key, "status": answer.status,
-                                                                     "reason": mem.renew_error[0]})
-            return values
+                                                                     "reason": error[0]})
+            return Renewal(values, error, previous)
         try:
             cert = join_rules.check_credentials(answer.body, own_key_fingerprint=pki.public_key_fingerprint(csr),
-                                                own_uuid=obs.own_uuid, peer_ca_pem=values["peer-ca.crt"], now=obs.now)
+                                                own_uuid=obs.own_uuid, peer_ca_pem=values.peer_ca, now=obs.now)
         except join_rules.JoinError as exc:
-            mem.renew_error = (cond.PEER_UNREACHABLE, f"the peer answered the renewal of our client certificate with "
-                               f"one this peering cannot use ({exc.message}); retried")
             log.warning("renewed certificate refused", extra={"clusterpeer": obs.key, "error": exc.message})
-            return values
+            return Renewal(values, (cond.PEER_UNREACHABLE, f"the peer answered the renewal of our client "
+                                    f"certificate with one this peering cannot use ({exc.message}); retried"),
+                           previous)
 
         before: list[str] = []
 
-        def change(stored: dict[str, str]) -> dict[str, str] | None:
+        def change(stored: PeerCredentials) -> PeerCredentials | None:
             # Written over what the Secret holds now, not over this pass's copy: the peer handlers write the same
             # Secret (the certificate we issue to the peer), and a renewal lost to that race would be asked for
             # again and again with a certificate the peer stops accepting.
-            if stored.get("client.key") != values["client.key"]:
+            if stored.client_key != values.client_key:
                 return None
-            current = stored.get("client.crt", "")
+            current = stored.client_cert
             before[:] = [current]
             if current and not pki.needs_renewal(current, obs.now) and pki.not_after(current) >= pki.not_after(cert):
                 return None
-            return {**stored, "client.crt": cert}
+            return stored.replace(client_cert=cert)
 
         try:
             written = await update_peer_secret(self.kube, self.namespace, obs.key, change)
         except PeeringGone:
-            return values
-        if written is None or written.get("client.crt") != cert:
-            return values if written is None else written
-        mem.renew_error = None
+            return Renewal(values, mem.renew_error, previous)
+        if written is None or written.client_cert != cert:
+            return Renewal(values if written is None else written, mem.renew_error, previous)
         if before == [cert]:
             # An earlier pass stored it already (this one read a cache behind that write, and the peer answered
             # the same certificate again): nothing was renewed now.
-            return written
-        mem.previous_client_cert = held
+            return Renewal(written, None, previous)
         expired_at = _expired_at(held, obs.now)
+        note = ""
         if expired_at is not None:
             # Read before the pull of this pass moves it: the last successful sync is when the outage began.
-            contact = renewal.last_contact(mem.last_sync, obs.status, _issue_times(held, values.get("issued.crt", "")))
-            mem.outage_note = renewal.outage_note(contact, obs.now, expired_at, pki.not_after(cert))
+            contact = renewal.last_contact(mem.last_sync, obs.status, _issue_times(held, values.issued))
+            note = renewal.outage_note(contact, obs.now, expired_at, pki.not_after(cert))
         log.info("client certificate renewed", extra={"clusterpeer": obs.key,
                                                       "after_outage": expired_at is not None})
-        return written
+        return Renewal(written, None, held, note)
 
-    async def _pull(self, obs: Observed, mem: PeerMemory, values: dict[str, str], peer: dict | None) -> dict | None:
+    def _pull_failed(self, mem: PeerMemory, error: tuple[str, str]) -> PeerMemory:
+        """`mem` after a failed pull (or a renewal failing in its stead): the failure, and the backoff's next try."""
+        failures = mem.sync_failures + 1
+        return mem.learnt(sync_error=error, sync_failures=failures,
+                          pull_at=self.clock.monotonic() + self.memory.retry_after(failures))
+
+    async def _pull(self, obs: Observed, mem: PeerMemory, values: PeerCredentials, peer: dict | None
+                    ) -> tuple[dict | None, PeerMemory]:
         """Fetch the peer's offer; the previous status.peer stays on any failure (a failed sync never revokes)."""
-        answer = await self._call(mem, values, "offer")
+        answer, previous = await self._call(mem, values, "offer")
+        mem = mem.learnt(previous_client_cert=previous)
         if not answer.ok:
-            mem.sync_error = failure(answer)
-            mem.sync_failures += 1
-            mem.pull_at = self.clock.monotonic() + self.memory.retry_after(mem.sync_failures)
-            return peer
-        mem.pull_at = self.memory.next_pull()
+            return peer, self._pull_failed(mem, failure(answer))
+        mem = mem.learnt(pull_at=self.memory.next_pull())
         try:
             alias, offer = join_rules.parse_offer_message(answer.body)
         except join_rules.JoinError as exc:
-            mem.sync_error = (exc.reason, exc.message)
-            return peer
+            return peer, mem.learnt(sync_error=(exc.reason, exc.message))
         check = offer_rules.validate_offer(offer)
         if not check.ok:
-            mem.sync_error = (check.reason, check.message)
-            return peer
+            return peer, mem.learnt(sync_error=(check.reason, check.message))
         ours = offer_rules.own_keys_problem(offer, obs.offer)
         if ours is not None:
-            mem.sync_error = (offer_rules.OFFER_INVALID, ours)
-            return peer
+            return peer, mem.learnt(sync_error=(offer_rules.OFFER_INVALID, ours))
         failed_before = mem.sync_error is not None
-        mem.sync_error, mem.sync_failures = None, 0
-        mem.last_sync = obs.now.timestamp()
-        fresh = offer_rules.peer_status(offer, alias=alias, cluster_uuid=values.get("peer-uuid", ""),
-                                        endpoint=values.get("peer-entrance", ""), last_sync=obs.now)
+        mem = mem.learnt(sync_error=None, sync_failures=0, last_sync=obs.now.timestamp())
+        fresh = offer_rules.peer_status(offer, alias=alias, cluster_uuid=values.peer_uuid,
+                                        endpoint=values.peer_entrance, last_sync=obs.now)
         if not failed_before and offer_rules.same_peer(peer, fresh):
-            return peer
-        return fresh
+            return peer, mem
+        return fresh, mem

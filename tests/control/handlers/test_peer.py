@@ -11,6 +11,7 @@ import pytest
 
 from contract.errors import Refusal
 from contract.names import CA_SECRET, peer_secret_name
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.bootstrap import tls_secret
 from control.config import KubeSettings, Settings
@@ -48,9 +49,9 @@ class Peering:
         cp["status"] = {"offer": OFFER}
         self.cp = server.update(cp, subresource="status")
         issued = pki.issue_client_cert(self.ca, self.peer_key.cert_pem, PEER_UUID, now=now)
-        server.create(creds.peer_secret(self.cp, NAMESPACE, {
+        server.create(creds.peer_secret(self.cp, NAMESPACE, PeerCredentials.from_values({
             "peer-ca.crt": self.peer_ca.cert_pem, "client.key": self.own_key.key_pem, "issued.crt": issued,
-            "peer-uuid": PEER_UUID, "peer-entrance": "peering-gateway.b.lab"}))
+            "peer-uuid": PEER_UUID, "peer-entrance": "peering-gateway.b.lab"})))
         self.informers = Informers(kube)
         self.ctx = Context(Settings(public_domain_template="%s.a.lab", kube=KubeSettings(namespace=NAMESPACE)),
                            kube, self.informers, Handlers(), clock=clock)
@@ -148,8 +149,8 @@ async def test_a_write_from_a_cache_behind_the_api_is_read_again_and_not_lost(pe
     current = peering.server.get("", "secrets", peer_secret_name("to-b"), NAMESPACE)
     values = creds.secret_values(current)
     await peering.informers.stop()  # this cache stays behind
-    peering.server.update({**current, "data": creds.peer_secret(peering.cp, NAMESPACE, {
-        **values, "issued.crt": other + values["issued.crt"]})["data"]})
+    peering.server.update({**current, "data": creds.peer_secret(peering.cp, NAMESPACE, PeerCredentials.from_values({
+        **values, "issued.crt": other + values["issued.crt"]}))["data"]})
     reads = peering.reads()
     assert await peering.call("certificate", {"csr": csr}) == {"certificate": other}
     assert peering.reads() - reads == 2  # the stale write failed its precondition: read from the API once

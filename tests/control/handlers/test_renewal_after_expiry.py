@@ -15,6 +15,7 @@ import datetime
 import aiohttp
 import pytest
 
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.config import ControlSettings, LeaseSettings, Settings
 from control.handlers.dispatch import Handlers
@@ -82,8 +83,8 @@ class Issuer:
         """ClusterPeer `to-<who>` established, its Secret holding `issued` for the peer; once the registry has it."""
         cp = self.server.create({"apiVersion": "peering.deckhouse.io/v1alpha1", "kind": "ClusterPeer",
                                  "metadata": {"name": f"to-{who}"}, "spec": {"type": "Invite"}})
-        self.server.create(creds.peer_secret(cp, NAMESPACE, {"issued.crt": issued,
-                                                             "peer-uuid": B_UUID if who == "b" else C_UUID}))
+        self.server.create(creds.peer_secret(cp, NAMESPACE, PeerCredentials.from_values({"issued.crt": issued,
+                                                             "peer-uuid": B_UUID if who == "b" else C_UUID})))
         fingerprint = pki.fingerprint(issued)
         await eventually(lambda: fingerprint in self.runtime.feed.registry.by_fingerprint,
                          what=f"the registry holding to-{who}'s certificate")

@@ -24,6 +24,7 @@ import pytest
 from contract import reasons
 from contract.errors import Refusal
 from contract.names import MANAGED_BY, MANAGED_BY_VALUE
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.handlers.peer import KEEP_ISSUED, PeerHandlers, _certs
 from control.informers import Informers
@@ -66,7 +67,7 @@ class Setup:
         self.peer_key = pki.make_key_and_csr(PEER_UUID)
         self.first = pki.issue_client_cert(self.ca, self.peer_key.cert_pem, PEER_UUID, now=issued_at,
                                            lifetime=LIFETIME)
-        server.create(creds.peer_secret(self.cp, NAMESPACE, {"issued.crt": self.first, "peer-uuid": PEER_UUID}))
+        server.create(creds.peer_secret(self.cp, NAMESPACE, PeerCredentials(issued=self.first, peer_uuid=PEER_UUID)))
 
     def issued(self) -> list[str]:
         return _certs(creds.secret_values(self.server.get("", "secrets", "peer-to-b", NAMESPACE))["issued.crt"])
@@ -173,12 +174,12 @@ async def test_a_write_that_meets_a_concurrent_one_is_applied_over_it(api, kube)
     server, _ = api
     cp = server.create({"apiVersion": "peering.deckhouse.io/v1alpha1", "kind": "ClusterPeer",
                         "metadata": {"name": "to-b"}, "spec": {"type": "Invite"}})
-    server.create(creds.peer_secret(cp, NAMESPACE, {"client.key": "k", "client.crt": "old"}))
+    server.create(creds.peer_secret(cp, NAMESPACE, PeerCredentials(client_key="k", client_cert="old")))
     racing = RacingKube(kube, server, {"issued.crt": "theirs"})
-    written = await update_peer_secret(racing, NAMESPACE, "to-b", lambda v: {**v, "client.crt": "new"})
+    written = await update_peer_secret(racing, NAMESPACE, "to-b", lambda v: v.replace(client_cert="new"))
     assert racing.raced
     stored = creds.secret_values(server.get("", "secrets", "peer-to-b", NAMESPACE))
-    assert stored == written == {"client.key": "k", "client.crt": "new", "issued.crt": "theirs"}
+    assert stored == written.values() == {"client.key": "k", "client.crt": "new", "issued.crt": "theirs"}
 
 
 async def test_a_write_for_a_peering_that_is_gone_says_so(api, kube):
@@ -211,16 +212,17 @@ async def test_the_certificate_before_a_renewal_is_used_while_the_peer_has_not_l
     entrance = Entrance({old})
     syncer = Syncer(None, entrance, Memory(clock=clock), clock, namespace=NAMESPACE)
     mem = PeerMemory(previous_client_cert=old)
-    values = {"peer-entrance": "e", "peer-ca.crt": peer_ca.cert_pem, "client.crt": new, "client.key": key.key_pem}
-    assert (await syncer._call(mem, values, "notify", {})).ok
-    assert entrance.presented == [new, old] and mem.previous_client_cert == old
+    values = PeerCredentials(peer_entrance="e", peer_ca=peer_ca.cert_pem, client_cert=new, client_key=key.key_pem)
+    answer, previous = await syncer._call(mem, values, "notify", {})
+    assert answer.ok and entrance.presented == [new, old] and previous == old
     # Once the entrance answers the new certificate, the old one is forgotten.
     entrance.accepted.add(new)
-    assert (await syncer._call(mem, values, "notify", {})).ok
-    assert entrance.presented[2:] == [new] and mem.previous_client_cert == ""
+    answer, previous = await syncer._call(mem, values, "notify", {})
+    assert answer.ok and entrance.presented[2:] == [new] and previous == ""
     # A revocation stays a revocation: the refusal is what the caller sees.
     entrance.accepted.clear()
-    assert (await syncer._call(mem, values, "notify", {})).status == 403
+    answer, _ = await syncer._call(mem.learnt(previous_client_cert=previous), values, "notify", {})
+    assert answer.status == 403
     assert entrance.presented[3:] == [new]
 
 
@@ -234,8 +236,8 @@ async def test_an_expired_previous_certificate_is_not_tried():
     entrance = Entrance(set())
     syncer = Syncer(None, entrance, Memory(clock=clock), clock, namespace=NAMESPACE)
     mem = PeerMemory(previous_client_cert=old)
-    values = {"peer-entrance": "e", "peer-ca.crt": peer_ca.cert_pem, "client.crt": new, "client.key": key.key_pem}
-    assert (await syncer._call(mem, values, "offer")).status == 403
+    values = PeerCredentials(peer_entrance="e", peer_ca=peer_ca.cert_pem, client_cert=new, client_key=key.key_pem)
+    assert (await syncer._call(mem, values, "offer"))[0].status == 403
     assert entrance.presented == [new]
 
 
@@ -256,28 +258,31 @@ async def test_a_renewal_by_the_inviter_leaves_the_joiner_nothing_to_deliver():
                     admits=lambda clusterpeer, cert_pem: cert_pem in admitted)
     mem = PeerMemory(pull_at=clock.monotonic() + 3600)
     obs = types.SimpleNamespace(spec=types.SimpleNamespace(type=JOIN), key="to-a", now=now, own_uuid=CLUSTER_UUID)
-    values = {"peer-entrance": "e", "peer-ca.crt": peer_ca.cert_pem, "client.crt": ours,
-              "client.key": our_key.key_pem, "issued.crt": issued}
+    values = PeerCredentials(peer_entrance="e", peer_ca=peer_ca.cert_pem, client_cert=ours,
+                             client_key=our_key.key_pem, issued=issued)
     peer = {"clusterUUID": PEER_UUID}
 
     def deliveries() -> int:
         return entrance.ops.count("credentials")
     first = await syncer.sync(obs, mem, values, peer, just_joined=False)
+    mem = first.memory
     assert deliveries() == 1 and not first.undelivered
     clock.advance(13 * 3600)
     renewed = pki.issue_client_cert(our_ca, inviter_key.cert_pem, PEER_UUID, now=clock.now(), lifetime=LIFETIME)
     obs.now = clock.now()
     ours = pki.issue_client_cert(peer_ca, our_key.cert_pem, CLUSTER_UUID, now=clock.now(), lifetime=LIFETIME)
     entrance.accepted.add(ours)
-    after = await syncer.sync(obs, mem, {**values, "client.crt": ours, "issued.crt": renewed + issued}, peer,
+    after = await syncer.sync(obs, mem, values.replace(client_cert=ours, issued=renewed + issued), peer,
                               just_joined=False)
+    mem = after.memory
     assert deliveries() == 1 and not after.undelivered
     # Another key is another certificate to deliver.
     other = pki.issue_client_cert(our_ca, pki.make_key_and_csr(PEER_UUID).cert_pem, PEER_UUID, now=clock.now(),
                                   lifetime=LIFETIME)
-    again = await syncer.sync(obs, mem, {**values, "client.crt": ours, "issued.crt": other}, peer, just_joined=False)
+    again = await syncer.sync(obs, mem, values.replace(client_cert=ours, issued=other), peer, just_joined=False)
+    mem = again.memory
     assert deliveries() == 1 and again.undelivered
     admitted.add(other)
-    delivered = await syncer.sync(obs, mem, {**values, "client.crt": ours, "issued.crt": other}, peer,
+    delivered = await syncer.sync(obs, mem, values.replace(client_cert=ours, issued=other), peer,
                                   just_joined=False)
     assert deliveries() == 2 and not delivered.undelivered

@@ -39,6 +39,12 @@ class Sink:
     def reload_certificates(self, **certs) -> None:
         pass
 
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends())
 async def world(request, tmp_path_factory):

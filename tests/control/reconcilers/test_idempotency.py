@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 from jwcrypto import jwk
 
+from contract.peer_secret import PeerCredentials
 from control import connstring, pki
 from control.config import ControlSettings, KubeSettings, Settings
 from control.context import Context
@@ -41,7 +42,7 @@ HOUR = 3600.0
 class World:
     """The reconcilers of one process on a fake clock, with the informers they read, and nothing else running."""
 
-    def __init__(self, server, kube, clock: FakeClock, resolve: dict[str, str]) -> None:
+    def __init__(self, server, kube, clock: FakeClock, resolve: dict[str, str], *, controller=None) -> None:
         self.server = server
         self.kube = kube
         self.clock = clock
@@ -50,7 +51,7 @@ class World:
                             control=ControlSettings(peer_sync_interval=30.0, selfcheck_interval=60.0),
                             resolve=resolve)
         self.informers = Informers(kube, optional_recheck=3600)
-        self.ctx = Context(settings, kube, self.informers, Handlers(), clock=clock)
+        self.ctx = Context(settings, kube, self.informers, Handlers(), controller=controller, clock=clock)
         self.reconcilers = {r.name: r for r in (make(self.ctx) for make in RECONCILERS)}
         for reconciler in self.reconcilers.values():
             for w in reconciler.watches:
@@ -63,10 +64,7 @@ class World:
         await self.informers.wait_synced()
 
     async def stop(self) -> None:
-        for reconciler in self.reconcilers.values():
-            close = getattr(reconciler, "close", None)
-            if close is not None:
-                await close()
+        await self.ctx.close()
         await self.informers.stop()
 
     def writes(self) -> int:
@@ -229,11 +227,11 @@ async def test_a_join_that_cannot_reach_the_inviter_is_retried_when_due_and_writ
     status = clusterpeer(world, "nowhere")["status"]
     assert (status["phase"], get_condition(status["conditions"], "Ready")["reason"]) == \
         ("Pending", "JoinEndpointUnreachable")
-    memory = world.reconcilers["clusterpeer"].memory.get("nowhere")
-    assert await world.run("clusterpeer", "nowhere") == 0 and memory.join_failures == 1  # the retry is not due
+    memory = world.reconcilers["clusterpeer"].memory
+    assert await world.run("clusterpeer", "nowhere") == 0 and memory.get("nowhere").join_failures == 1  # not due
     world.clock.advance(5)
     assert await world.run("clusterpeer", "nowhere") == 0  # retried, refused the same way, the same key kept
-    assert memory.join_failures == 2
+    assert memory.get("nowhere").join_failures == 2
     assert set(world.server.get("", "secrets", "peer-nowhere", NAMESPACE)["data"]) == {"client.key"}
 
 
@@ -320,11 +318,11 @@ async def test_an_established_peering_writes_only_what_a_pull_or_a_renewal_chang
         # The state a completed join leaves: both certificates, the peer's CA, where it is.
         now = datetime.datetime.now(datetime.timezone.utc)
         mine, theirs = pki.make_key_and_csr(CLUSTER_UUID), pki.make_key_and_csr(PEER_UUID)
-        server.create(creds.peer_secret(cp, NAMESPACE, {
+        server.create(creds.peer_secret(cp, NAMESPACE, PeerCredentials.from_values({
             "peer-ca.crt": peer_ca.cert_pem, "client.key": mine.key_pem,
             "client.crt": pki.issue_client_cert(peer_ca, mine.cert_pem, CLUSTER_UUID, now=now),
             "issued.crt": pki.issue_client_cert(our_ca, theirs.cert_pem, PEER_UUID, now=now),
-            "peer-uuid": PEER_UUID, "peer-entrance": PEER_ENTRANCE}))
+            "peer-uuid": PEER_UUID, "peer-entrance": PEER_ENTRANCE})))
         for name in ("cm", "nodes"):
             assert await world.settle("peeringcapability", name) == 1
 

@@ -23,6 +23,7 @@ from aiohttp import web
 from contract.errors import Refusal
 from contract.names import MANAGED_BY_SELECTOR
 from contract.paths import PEER_PREFIX
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.connstring import format_time
 from control.feed import build_registry
@@ -110,9 +111,9 @@ class Pair:
 
     async def up(self, side: str) -> None:
         """Start the process of `side` anew (nothing in memory) and its entrance."""
-        world = World(self.apis[side], self.kubes[side], self.clock, self.resolve())
         # It leads: its Events are written (the process's Lease holder is the one that records them).
-        world.ctx.controller = types.SimpleNamespace(leading=True, runners=())
+        world = World(self.apis[side], self.kubes[side], self.clock, self.resolve(),
+                      controller=types.SimpleNamespace(leading=True, runners=()))
         await world.start()
         await world.settle("certificates", "certificates")
         self.worlds[side] = world
@@ -136,10 +137,10 @@ class Pair:
                                                            "join": {"connectionString": "d8peer1.used-long-ago"}}
             cp = self.apis[side].create({"apiVersion": API_VERSION, "kind": "ClusterPeer",
                                          "metadata": {"name": NAMES[side]}, "spec": spec})
-            self.apis[side].create(creds.peer_secret(cp, NAMESPACE, {
+            self.apis[side].create(creds.peer_secret(cp, NAMESPACE, PeerCredentials.from_values({
                 "peer-ca.crt": cas[other]["tls.crt"], "client.key": keys[side].key_pem,
                 "client.crt": issued[other], "issued.crt": issued[side],
-                "peer-uuid": uuids[other], "peer-entrance": ENTRANCES[other]}))
+                "peer-uuid": uuids[other], "peer-entrance": ENTRANCES[other]})))
 
     async def passes(self, *sides: str) -> None:
         """One pass of each side's ClusterPeer reconciler, in order."""

@@ -10,7 +10,7 @@ import pytest
 from control.peerclient import Answer, _refused_cert
 from control.reconcilers.capability import desired_capability_status
 from control.reconcilers.clusterpeer.sync import failure as sync_failure
-from control.reconcilers.memory import Memory
+from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import conditions as cond
 from control.rules.ownership import owner_names
 from control.rules.status import KEEP, clusterpeer_status
@@ -140,12 +140,17 @@ def test_memory_schedule():
     for _ in range(50):
         delay = memory.next_pull() - time.monotonic()
         assert 23.9 <= delay <= 36.1
-    memory.get("x").pull_at, memory.get("x").sync_failures = 1e12, 40
+    memory.keep("x", PeerMemory(pull_at=1e12, sync_failures=40, sync_error=("PeerUnreachable", "down")))
+    assert memory.recall("x") == memory.get("x") and memory.get("x").pull_at == 1e12
     memory.pull_now("x")
-    # The peer called: pull now, and a failure now backs off from the shortest delay, not from the outage's.
-    assert (memory.get("x").pull_at, memory.get("x").sync_failures) == (0.0, 0)
+    # The peer called: the next pass pulls now, and a failure then backs off from the shortest delay, not from the
+    # outage's; what is kept is the pass's to write.
+    assert memory.get("x").pull_at == 1e12
+    recalled = memory.recall("x")
+    assert (recalled.pull_at, recalled.sync_failures, recalled.sync_error) == (0.0, 0, ("PeerUnreachable", "down"))
+    assert memory.recall("x").pull_at == 1e12  # asked once, taken once
     memory.forget("x")
-    assert memory.get("x").sync_error is None
+    assert memory.get("x") == PeerMemory() and not memory.known("x")
 
 
 def test_a_failed_announcement_is_retried_with_backoff_until_the_peers_pulls_take_over():
@@ -154,23 +159,23 @@ def test_a_failed_announcement_is_retried_with_backoff_until_the_peers_pulls_tak
     memory = Memory(sync_interval=4.0)
     mem = memory.get("peer")
     old, new = {"projects": ["shop"]}, {"projects": ["shop", "shop-eu"]}
-    memory.announced(mem, old, True)
+    mem = memory.announced(mem, old, True)
     assert (mem.notified_offer, mem.notify_at) == (old, 0.0)
     # The peer has not admitted us yet: the new offer stays to announce, after 0.25, 0.5, 1 and 2 s.
     waits = []
     for _ in range(4):
         before = time.monotonic()
-        memory.announced(mem, new, False)
+        mem = memory.announced(mem, new, False)
         assert mem.notified_offer == old
         waits.append(mem.notify_at - before)
     assert waits == pytest.approx([0.25, 0.5, 1.0, 2.0], abs=0.05)
     # The next backoff would reach the sync interval: the peer's own pulls fetch it from here.
-    memory.announced(mem, new, False)
+    mem = memory.announced(mem, new, False)
     assert (mem.notified_offer, mem.notify_failures, mem.notify_at) == (new, 0, 0.0)
     # A success resets the backoff at once.
-    memory.announced(mem, old, False)
-    memory.announced(mem, old, True)
+    mem = memory.announced(memory.announced(mem, old, False), old, True)
     assert (mem.notified_offer, mem.notify_failures, mem.notify_at) == (old, 0, 0.0)
+    assert memory.get("peer") == PeerMemory()  # an announcement's outcome is the pass's to keep
 
 
 @pytest.mark.parametrize("status, expected", [

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.rules import credentials as cr
 
@@ -15,7 +16,7 @@ PEER_CA = pki.create_ca("b", now=NOW)
 CP = {"metadata": {"name": "cluster-b", "uid": "u1"}}
 
 
-def _values(*, ours=True, issued=True, issued_by=CA) -> dict[str, str]:
+def _values(*, ours=True, issued=True, issued_by=CA) -> PeerCredentials:
     key = pki.make_key_and_csr("a")
     peer_key = pki.make_key_and_csr("b")
     v = {"peer-uuid": "b", "peer-entrance": "peering-gateway.b.lab"}
@@ -24,7 +25,7 @@ def _values(*, ours=True, issued=True, issued_by=CA) -> dict[str, str]:
                   "client.crt": pki.issue_client_cert(PEER_CA, key.cert_pem, "a", now=NOW)})
     if issued:
         v["issued.crt"] = pki.issue_client_cert(issued_by, peer_key.cert_pem, "b", now=NOW)
-    return v
+    return PeerCredentials.from_values(v)
 
 
 def test_secret_round_trip():
@@ -33,17 +34,16 @@ def test_secret_round_trip():
     assert secret["metadata"]["name"] == "peer-cluster-b" and secret["type"] == "Opaque"
     assert secret["metadata"]["ownerReferences"][0]["kind"] == "ClusterPeer"
     assert secret["metadata"]["labels"]["peering.deckhouse.io/clusterpeer"] == "cluster-b"
-    assert cr.secret_values(secret) == values
+    assert PeerCredentials.from_secret(secret) == values
+    assert cr.secret_values(secret) == values.values() and len(values.values()) == 6
     assert cr.secret_values(None) == {}
     assert cr.secret_values({"data": {"x": "!!!"}}) == {}
-    with pytest.raises(ValueError, match="unknown keys"):
-        cr.peer_secret(CP, "d8-peering", {"token": "x"})
 
 
 @pytest.mark.parametrize(
     ("values", "progress", "other"),
     [
-        ({}, "none", False),
+        (PeerCredentials(), "none", False),
         (_values(issued=False), "partial", False),
         (_values(ours=False), "partial", False),
         (_values(), "complete", False),
@@ -62,7 +62,7 @@ def test_renewal_is_due_after_two_thirds():
 def test_redeemer_from_the_secret():
     key = pki.make_key_and_csr("b")
     issued = pki.issue_client_cert(CA, key.cert_pem, "b", now=NOW)
-    r = cr.redeemer({"peer-uuid": "b", "issued.crt": issued})
+    r = cr.redeemer(PeerCredentials(peer_uuid="b", issued=issued))
     assert r.cluster_uuid == "b" and r.key_fingerprint == pki.public_key_fingerprint(key.cert_pem)
-    assert cr.redeemer({"peer-uuid": "b"}) is None
-    assert cr.redeemer({"peer-uuid": "b", "issued.crt": "junk"}) is None
+    assert cr.redeemer(PeerCredentials(peer_uuid="b")) is None
+    assert cr.redeemer(PeerCredentials(peer_uuid="b", issued="junk")) is None

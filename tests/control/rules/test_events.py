@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from contract.peer_secret import PeerCredentials
 from control import pki
 from control.rules import events as ev
 
@@ -99,15 +100,15 @@ def test_certificate_renewals_are_seen_in_the_secret_not_guessed_after_a_restart
     ca = pki.create_ca("t", now=NOW)
     req = pki.make_key_and_csr("u")
     first = pki.issue_client_cert(ca, req.cert_pem, "u", now=NOW)
-    events, seen = ev.certificate_events({}, {"client.crt": first})
+    events, seen = ev.certificate_events({}, PeerCredentials(client_cert=first))
     assert events == [] and set(seen) == {"client.crt"}  # nothing seen before: not a renewal
-    assert ev.certificate_events(seen, {"client.crt": first})[0] == []
+    assert ev.certificate_events(seen, PeerCredentials(client_cert=first))[0] == []
     second = pki.issue_client_cert(ca, req.cert_pem, "u", now=NOW + timedelta(hours=13))
-    events, seen = ev.certificate_events(seen, {"client.crt": second, "issued.crt": first})
+    events, seen = ev.certificate_events(seen, PeerCredentials(client_cert=second, issued=first))
     assert reasons(events) == [("Normal", "CertificateRenewed")]
     assert "our client certificate toward the peer was renewed" in events[0].note
     assert "2026-12-03T01:00:00Z" in events[0].note  # issued 13 h later, valid 24 h
-    events, _ = ev.certificate_events(seen, {"client.crt": second, "issued.crt": second + first})
+    events, _ = ev.certificate_events(seen, PeerCredentials(client_cert=second, issued=second + first))
     assert [e.note.split(" was")[0] for e in events] == ["the client certificate this cluster issued to the peer"]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from contract.peer_secret import PeerCredentials
 from contract import reasons
 from contract.names import consumer_username, peering_identity, username_prefix
 from control.rules import capabilities as caps
@@ -85,11 +86,11 @@ def _cp(name, uid, *, peer=None, redeemer=None, deleting=False):
 def test_the_uuids_in_use_are_those_of_the_other_live_clusterpeers():
     c_uuid, d_uuid, e_uuid = (f"{c}0000000-0000-4000-8000-000000000000" for c in "cde")
     peers = [
-        ("to-b", _cp("to-b", "u1", peer=B_UUID), {}),
-        ("to-c", _cp("to-c", "u2", redeemer=c_uuid), {}),  # redeemed, exchange under way
-        ("to-d", _cp("to-d", "u3"), {"peer-uuid": d_uuid.upper()}),  # the Secret before the status
-        ("gone", _cp("gone", "u4", peer=e_uuid, deleting=True), {}),  # deleting frees it
-        ("self", _cp("self", "u5", peer=A_UUID), {}),  # the one asking
+        ("to-b", _cp("to-b", "u1", peer=B_UUID), PeerCredentials()),
+        ("to-c", _cp("to-c", "u2", redeemer=c_uuid), PeerCredentials()),  # redeemed, exchange under way
+        ("to-d", _cp("to-d", "u3"), PeerCredentials(peer_uuid=d_uuid.upper())),  # the Secret before the status
+        ("gone", _cp("gone", "u4", peer=e_uuid, deleting=True), PeerCredentials()),  # deleting frees it
+        ("self", _cp("self", "u5", peer=A_UUID), PeerCredentials()),  # the one asking
     ]
     assert join_rules.uuids_in_use(peers, exclude="self") == {B_UUID: "to-b", c_uuid: "to-c", d_uuid: "to-d"}
 

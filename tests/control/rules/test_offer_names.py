@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contract.peer_secret import PeerCredentials
 from control.peerclient import Answer
 from control.reconcilers.clusterpeer.sync import Syncer
 from control.reconcilers.memory import Memory, PeerMemory
@@ -105,12 +106,12 @@ async def test_a_pulled_offer_with_a_bad_name_keeps_the_previous_status_peer():
     syncer = Syncer(kube=None, client=peer, memory=Memory(clock=_Clock()), clock=_Clock(), namespace="d8-peering")
     obs = types.SimpleNamespace(offer={}, now=NOW, key="to-b")
     mem = PeerMemory()
-    kept = await syncer._pull(obs, mem, {"peer-entrance": "b:443"}, previous)
+    kept, mem = await syncer._pull(obs, mem, PeerCredentials(peer_entrance="b:443"), previous)
     assert peer.calls == ["offer"]
     assert kept is previous
     reason, message = mem.sync_error
     assert reason == "OfferInvalid" and "'Not_A_Label'" in message and "(in project shared)" in message
     # The same peer with the name fixed: the pull succeeds and the error is gone.
     peer.body = {"alias": "b", "offer": offer({"shared": ["shared", "not-a-label"]})}
-    fresh = await syncer._pull(obs, mem, {"peer-entrance": "b:443"}, previous)
+    fresh, mem = await syncer._pull(obs, mem, PeerCredentials(peer_entrance="b:443"), previous)
     assert mem.sync_error is None and fresh["projects"] == [{"name": "shared", "namespaces": ["not-a-label", "shared"]}]
