@@ -123,6 +123,15 @@ class Context:
         return await self.published.until(lambda registry: admits_certificate(registry, clusterpeer, cert_pem),
                                           self.settings.control.served_wait)
 
+    async def entrance_serves(self) -> bool:
+        """Wait (at most `served_wait`) until this replica's gateway serves valid server certificates: a process
+        back after an outage longer than they last serves none until its leader renewed them, and a peer that it
+        calls before then cannot call back (the renewal of an expired client certificate makes the peer pull at
+        once). False when it did not in time (the call goes anyway: the peer retries with its backoff)."""
+        if self.published is None:
+            return True
+        return await self.published.until_serving(self.settings.control.served_wait)
+
     def cluster_uuid_informer(self) -> ObjectPoller:
         """The shared reader of kube-system/d8-cluster-uuid (a GET poller: the process may only get it)."""
         return self.informers.get_object(CONFIGMAPS, CLUSTER_UUID_CONFIGMAP, namespace=CLUSTER_UUID_NAMESPACE)

@@ -117,6 +117,19 @@ class Published:
         self.registry: Registry = Registry.empty()
         self._next = asyncio.Event()
         self._subscribers: list[Callable[[Registry, Registry], None]] = []
+        #: Set while this replica's gateway serves server certificates within their validity (the feed's), so
+        #: that a peer called now can call back: `until_serving`.
+        self.serving = asyncio.Event()
+
+    async def until_serving(self, timeout: float) -> bool:
+        """Whether the gateway serves valid server certificates within `timeout` seconds (now included)."""
+        if self.serving.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self.serving.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def set(self, registry: Registry) -> None:
         old, self.registry = self.registry, registry
@@ -222,6 +235,10 @@ class Feed:
             await _maybe_await(self.sink.reload_certificates(**dataclasses.asdict(certs)))
             self.certificates = certs
             log.info("gateway certificates reloaded")
+        if certs is not None:
+            self.published.serving.set()
+        elif held_back:
+            self.published.serving.clear()
         configmap = self.cluster_uuid.get(CLUSTER_UUID_CONFIGMAP, CLUSTER_UUID_NAMESPACE)
         registry = build_registry(configmap=configmap, clusterpeers=self.clusterpeers.items(),
                                   secrets=list(secrets.values()), capabilities=self.capabilities.items(),

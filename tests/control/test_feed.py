@@ -118,6 +118,9 @@ async def test_a_server_certificate_outside_its_dates_is_not_served_until_the_le
     async with running_feed(kube, coalesce=0.01) as (feed, sink):
         await feed.publish_once()
         assert sink.reloads == 0 and feed.certificates is None
+        # Nothing is served: a ClusterPeer's renewal after the outage waits (bounded) for the entrance first.
+        assert not feed.published.serving.is_set() and not await feed.published.until_serving(0.05)
+        waiting = asyncio.ensure_future(feed.published.until_serving(30))
         # The leader's first pass renews both (bootstrap.plan: due for renewal): they are loaded at once.
         for name, host in SERVERS:
             fresh = pki.issue_server_cert(ca, [host], now=now)
@@ -125,3 +128,4 @@ async def test_a_server_certificate_outside_its_dates_is_not_served_until_the_le
             server.update({**tls_secret(name, NAMESPACE, fresh, ca.cert_pem), "metadata": current["metadata"]})
         await eventually(lambda: sink.reloads == 1, what="the renewed certificates loaded")
         assert feed.certificates is not None and pki.valid_at(feed.certificates.entrance_cert_pem.decode(), now)
+        assert await waiting and feed.published.serving.is_set()

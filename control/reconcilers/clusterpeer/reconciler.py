@@ -78,7 +78,7 @@ class ClusterPeerReconciler:
         published = ctx.published
         self.syncer = Syncer(ctx.kube, client, memory, ctx.clock, namespace=self.namespace, admits=(
             (lambda name, cert: admits_certificate(published.registry, name, cert)) if published is not None else
-            (lambda name, cert: True)))
+            (lambda name, cert: True)), entrance_serves=ctx.entrance_serves)
         self.provider = ProviderKeeper(ctx.kube, self.providers, exchange_failures=ctx.exchange_failures)
         every = self._every_key
         self.watches = (

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Awaitable, Callable
 
 from contract.peer_secret import PeerCredentials
 from control import pki
@@ -134,7 +134,8 @@ def _expired_at(cert_pem: str, now):
 
 class Syncer:
     def __init__(self, kube: KubeSession, client: PeerClient, memory: Memory, clock: Clock, *,
-                 namespace: str, admits: Callable[[str, str], bool] = lambda clusterpeer, cert_pem: True) -> None:
+                 namespace: str, admits: Callable[[str, str], bool] = lambda clusterpeer, cert_pem: True,
+                 entrance_serves: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.kube = kube
         self.client = client
         self.memory = memory
@@ -144,6 +145,9 @@ class Syncer:
         #: delivers the certificate it issued only then, since the inviter calls with it at once
         #: (rules/served.py); the registry publish that admits it queues the ClusterPeer again.
         self.admits = admits
+        #: Waits (bounded) until this replica's gateway serves: a renewal after an outage makes the peer pull from
+        #: us at once, which needs our entrance up (Context.entrance_serves).
+        self.entrance_serves = entrance_serves
 
     async def sync(self, obs: Observed, mem: PeerMemory, values: PeerCredentials, peer: dict | None, *,
                    just_joined: bool) -> SyncOutcome:
@@ -227,6 +231,9 @@ class Syncer:
         if not pki.needs_renewal(held, obs.now):
             return Renewal(values, None, mem.previous_client_cert)
         csr = pki.csr_for_key(values.client_key, obs.own_uuid)
+        if self.entrance_serves is not None and not _in_force(held, obs.now):
+            # Back from an outage: the peer answers the renewal with a pull from us at once; our entrance first.
+            await self.entrance_serves()
         answer, previous = await self._call(mem, values, "certificate", join_rules.certificate_request(csr))
         if not answer.ok:
             error = renewal.renewal_failure(obs.key, answer.status, answer.body, **_tls(answer))
