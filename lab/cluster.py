@@ -1,7 +1,7 @@
 """A lab cluster on loopback: API server, Dex, user-authn, ingress, and the real peering process.
 
 The API server is the emulator (lab/apiserver/, in this process, the default) or, with `apiserver="real"`, a real
-etcd + kube-apiserver + kube-controller-manager (lab/real/), whose `cluster.api` is lab/kubeapi.py's `HttpApi`:
+etcd + kube-apiserver + kube-controller-manager (lab/real/), whose `cluster.api` is lab/real/api.py's `HttpApi`:
 the emulator's in-process calls over HTTP. Everything else is the same on both.
 
 A cluster `c` has the public domain template `%s.c.lab`. Every listener binds 127.0.0.1 with a port the OS
@@ -47,6 +47,7 @@ import aiohttp
 import yaml
 
 from lab import certs, multitenancy
+from lab.certs import check_cluster_name, kubeconfig
 from lab.dex import Dex
 from lab.ingress import Ingress, TcpPassthrough
 from lab.module_manager import GROUP as DECKHOUSE_GROUP, PEERING, USER_AUTHN, ModuleManager
@@ -75,7 +76,7 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 OTHER_MODULES = ("cert-manager", "multitenancy-manager")
 READY_TIMEOUT = 90.0
 # What answers as a lab cluster's API server: the emulator (lab/apiserver/, in this process, the fast default) or a
-# real etcd + kube-apiserver + kube-controller-manager (lab/real/, processes; `cluster.api` is then lab/kubeapi.py).
+# real etcd + kube-apiserver + kube-controller-manager (lab/real/, processes; `cluster.api` is then lab/real/api.py).
 APISERVERS = ("emulator", "real")
 
 PeeringCommand = Callable[["LabCluster"], "list[str] | None"]
@@ -139,21 +140,6 @@ def default_peering_command(cluster: "LabCluster") -> list[str] | None:
     return cmd
 
 
-def kubeconfig(cluster: str, server: str, ca_pem: bytes, tls_server_name: str, user: dict) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": cluster, "cluster": {
-            "server": server,
-            "certificate-authority-data": base64.b64encode(ca_pem).decode(),
-            "tls-server-name": tls_server_name,
-        }}],
-        "users": [{"name": "user", "user": user}],
-        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": "user"}}],
-        "current-context": cluster,
-    }
-
-
 def _write(path: pathlib.Path, data: bytes | str, mode: int = 0o600) -> None:
     """Write atomically with restrictive permissions: these files hold keys and tokens."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -215,15 +201,6 @@ def check_apiserver(apiserver: str) -> str:
         raise ValueError(f"apiserver {apiserver!r}: choose one of {', '.join(APISERVERS)} (emulator is the in-process "
                          "default; real runs etcd and kube-apiserver, built by `python -m lab.real build`)")
     return apiserver
-
-
-def check_cluster_name(name: str) -> None:
-    """A cluster name becomes a DNS label of its host names (`api.<name>.lab`)."""
-    label = name.replace("-", "")
-    if not name or len(name) > 63 or not label.isascii() or not label.isalnum() or name != name.lower() \
-            or name.startswith("-") or name.endswith("-"):
-        raise ValueError(f"cluster name {name!r}: use lower-case letters, digits and inner dashes, at most 63 "
-                         "characters (it becomes a DNS label)")
 
 
 class LabCluster:
@@ -364,7 +341,7 @@ class LabCluster:
         AuthenticationConfiguration toward this cluster's Dex, which therefore starts first: kube-apiserver reads
         its discovery document at start and retries only every 10 s), the lab's CRDs through the real validation
         (Deckhouse's x-kubernetes-sensitive-data stripped: a stock kube-apiserver refuses it), then the seed."""
-        from lab.kubeapi import HttpApi
+        from lab.real.api import HttpApi
         from lab.real import JWTIssuer, RealControlPlane
 
         await self._start_dex()
@@ -377,8 +354,7 @@ class LabCluster:
             resolve={certs.dex_host(self.name): f"127.0.0.1:{self.dex.port}"})
         docs = crd_documents()
         await self.control_plane.start(crds=[doc for name, doc in docs.items() if name not in self.without_crds])
-        self.api = HttpApi(self.name, self.control_plane.url, self.pki.public_ca.cert_pem, self.pki.admin,
-                           crd_documents=docs)
+        self.api = HttpApi(self.name, self.control_plane.admin_kubeconfig, crd_documents=docs)
         if self.api_front:
             from lab.apifront import ApiFront
 

@@ -44,6 +44,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from lab import certs
 from lab.real import build as builder
+from lab.real.documents import ApplyError, load_documents, strip_schema_keys
+from lab.real.process import (POLL_INTERVAL, PROXY_VARS, START_TIMEOUT, STOP_TIMEOUT, Process, StartError, free_port,
+                              get_ok_blocking, tail, write)
 from lab.real.proxy import parse_map
 from lab.real.config import (
     Files, JWTIssuer, apiserver_args, authentication_configuration, controller_manager_args, etcd_args,
@@ -51,107 +54,7 @@ from lab.real.config import (
 
 log = logging.getLogger(__name__)
 
-START_TIMEOUT = 90.0
-STOP_TIMEOUT = 15.0
-POLL_INTERVAL = 0.1
-# A port taken between our probe bind and the process's own bind shows up as this in the process's log.
-_PORT_CLASH = ("address already in use", "bind: address already in use")
-_PROXY_VARS = {"http_proxy", "https_proxy", "no_proxy", "all_proxy"}
 FIELD_MANAGER = "lab"
-
-
-class StartError(Exception):
-    """A control-plane process did not come up; the message quotes the end of its log."""
-
-
-def free_port() -> int:
-    """A port that was free on 127.0.0.1 a moment ago (the caller retries if it is gone by the time it binds)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _write(path: pathlib.Path, data: bytes | str, mode: int = 0o600) -> None:
-    """Atomically, private by default: most of these files are keys."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
-
-
-def _tail(path: pathlib.Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
-
-
-# Resolved here, not in the child: between fork and exec the child only makes this one foreign call.
-try:
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):
-    _prctl = None
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: if the lab process dies without stopping us, the kernel kills us. SIGKILL,
-    since all of them get it at once: a kube-apiserver told to stop gracefully while its etcd goes away hangs."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
-
-
-class _Process:
-    """One started binary: its Popen (stopped by pid), its log, and where its log was when it started."""
-
-    def __init__(self, name: str, argv: list[str], log_path: pathlib.Path, env: dict[str, str]) -> None:
-        self.name = name
-        self.log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as f:
-            self.log_offset = f.tell()
-            f.write(f"--- {time.strftime('%H:%M:%S')} {' '.join(argv)}\n".encode())
-            f.flush()
-            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                          env=env, start_new_session=True, preexec_fn=_die_with_parent)
-        self.started = time.monotonic()
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def exited(self) -> int | None:
-        return self.popen.poll()
-
-    def log_since_start(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(self.log_offset)
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
-
-    def port_clash(self) -> bool:
-        text = self.log_since_start().lower()
-        return any(s in text for s in _PORT_CLASH)
-
-    async def stop(self, timeout: float) -> None:
-        if self.popen.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.popen.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while self.popen.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        if self.popen.poll() is None:
-            log.warning("%s (pid %d) ignored SIGTERM for %.0f s; killing it", self.name, self.pid, timeout)
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
-            while self.popen.poll() is None:
-                await asyncio.sleep(0.05)
 
 
 class RealControlPlane:
@@ -161,9 +64,7 @@ class RealControlPlane:
                  jwt_issuer: JWTIssuer | None = None, resolve: Mapping[str, str] | None = None,
                  binaries: builder.Binaries | None = None, verbosity: int = 1,
                  start_attempts: int = 5) -> None:
-        from lab.cluster import check_cluster_name
-
-        check_cluster_name(name)
+        certs.check_cluster_name(name)
         self.name = name
         self.files = Files(pathlib.Path(dir).resolve())
         self.pki = pki or certs.cluster_pki(name)
@@ -183,7 +84,7 @@ class RealControlPlane:
         # controller manager's serving certificate.
         self._internal_ca = certs.CA(f"lab control-plane CA ({name})")
         self._kcm_client = self.pki.client_ca.issue_client("system:kube-controller-manager")
-        self._processes: dict[str, _Process] = {}
+        self._processes: dict[str, Process] = {}
         self.ports: dict[str, int] = {}
         self._discovery: dict[tuple[str, str], tuple[str, bool]] = {}
         self.startup_seconds: dict[str, float] = {}
@@ -218,9 +119,7 @@ class RealControlPlane:
 
     def kubeconfig(self, user: Mapping[str, Any]) -> dict:
         """A kubeconfig for this API server with `user` (a kubeconfig user entry: a token, or client cert data)."""
-        from lab.cluster import kubeconfig
-
-        return kubeconfig(self.name, self.url, self.ca_pem, self.tls_server_name, dict(user))
+        return certs.kubeconfig(self.name, self.url, self.ca_pem, self.tls_server_name, dict(user))
 
     def ssl_context(self, cert: certs.CertKey | None = None) -> ssl.SSLContext:
         """A client context trusting this API server, presenting `cert` if given (`self.pki.admin` for the admin).
@@ -323,15 +222,15 @@ class RealControlPlane:
         await self.stop()
 
     def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS}
+        env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARS}
         if "proxy" in self.ports:
             # Go never proxies loopback addresses (etcd, the controller manager's own calls): only the names.
             env["HTTPS_PROXY"] = f"http://127.0.0.1:{self.ports['proxy']}"
             env["NO_PROXY"] = "127.0.0.1,localhost,::1"
         return env
 
-    def _spawn(self, name: str, argv: list[str]) -> _Process:
-        proc = _Process(name, argv, self.files.log(name), self._env())
+    def _spawn(self, name: str, argv: list[str]) -> Process:
+        proc = Process(name, argv, self.files.log(name), self._env())
         self._processes[name] = proc
         return proc
 
@@ -366,27 +265,27 @@ class RealControlPlane:
                 log.info("%s lost a port to another process (attempt %d); retrying with new ports", name, attempt)
                 await proc.stop(STOP_TIMEOUT)
 
-    async def _wait(self, proc: _Process, ready, deadline: float, *, stop_on_timeout: bool = True) -> None:
+    async def _wait(self, proc: Process, ready, deadline: float, *, stop_on_timeout: bool = True) -> None:
         """Poll `ready()` until it is true; fail at once when the process exits, or at the deadline (stopping a
         process that is still starting then)."""
         while True:
             rc = proc.exited()
             if rc is not None:
                 raise StartError(f"{proc.name} exited with code {rc} while starting; the end of "
-                                 f"{proc.log_path}:\n{_tail(proc.log_path)}")
+                                 f"{proc.log_path}:\n{tail(proc.log_path)}")
             if await ready():
                 return
             if time.monotonic() > deadline:
                 if stop_on_timeout:
                     await proc.stop(STOP_TIMEOUT)
                 raise StartError(f"{proc.name} was not ready after {time.monotonic() - proc.started:.0f} s; the "
-                                 f"end of {proc.log_path}:\n{_tail(proc.log_path)}")
+                                 f"end of {proc.log_path}:\n{tail(proc.log_path)}")
             await asyncio.sleep(POLL_INTERVAL)
 
     async def _get_ok(self, url: str, ctx: ssl.SSLContext) -> bool:
         """GET `url` is 200. A blocking request in a thread, whose socket is closed when it returns: an asyncio
         TLS connection closed just before its event loop ends (a test's) is reported as an unclosed transport."""
-        return await asyncio.to_thread(_get_ok_blocking, url, ctx)
+        return await asyncio.to_thread(get_ok_blocking, url, ctx)
 
     async def _etcd_ready(self) -> bool:
         return await self._get_ok(f"https://127.0.0.1:{self.ports['etcd']}/health", self._etcd_client_context())
@@ -409,25 +308,25 @@ class RealControlPlane:
         etcd_server = ca.issue_server(["localhost"], ["127.0.0.1"])
         self._etcd_client = ca.issue_client("kube-apiserver-etcd-client")
         kcm_serving = ca.issue_server(["localhost"], ["127.0.0.1"])
-        _write(f.etcd_ca, ca.cert_pem, 0o644)
-        _write(f.etcd_cert, etcd_server.cert_pem, 0o644)
-        _write(f.etcd_key, etcd_server.key_pem)
-        _write(f.etcd_client_cert, self._etcd_client.cert_pem, 0o644)
-        _write(f.etcd_client_key, self._etcd_client.key_pem)
-        _write(f.serving_cert, self.pki.api.cert_pem, 0o644)
-        _write(f.serving_key, self.pki.api.key_pem)
-        _write(f.client_ca, self.pki.client_ca.cert_pem, 0o644)
+        write(f.etcd_ca, ca.cert_pem, 0o644)
+        write(f.etcd_cert, etcd_server.cert_pem, 0o644)
+        write(f.etcd_key, etcd_server.key_pem)
+        write(f.etcd_client_cert, self._etcd_client.cert_pem, 0o644)
+        write(f.etcd_client_key, self._etcd_client.key_pem)
+        write(f.serving_cert, self.pki.api.cert_pem, 0o644)
+        write(f.serving_key, self.pki.api.key_pem)
+        write(f.client_ca, self.pki.client_ca.cert_pem, 0o644)
         if not f.sa_key.exists():
             # The cluster's ServiceAccount signing key: kept across restarts of the same directory, so that tokens
             # issued before a restart stay valid, as on a real cluster.
             key = ec.generate_private_key(ec.SECP256R1())
-            _write(f.sa_key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            write(f.sa_key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                serialization.NoEncryption()))
-            _write(f.sa_pub, key.public_key().public_bytes(serialization.Encoding.PEM,
+            write(f.sa_pub, key.public_key().public_bytes(serialization.Encoding.PEM,
                                                            serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
-        _write(f.authn_config, json.dumps(authentication_configuration(self.jwt_issuer), indent=2))
-        _write(f.kcm_cert, kcm_serving.cert_pem, 0o644)
-        _write(f.kcm_key, kcm_serving.key_pem)
+        write(f.authn_config, json.dumps(authentication_configuration(self.jwt_issuer), indent=2))
+        write(f.kcm_cert, kcm_serving.cert_pem, 0o644)
+        write(f.kcm_key, kcm_serving.key_pem)
         f.etcd_data.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def _write_kubeconfigs(self) -> None:
@@ -438,11 +337,11 @@ class RealControlPlane:
 
         # JSON, which every YAML reader reads the same: Go's YAML 1.1 takes an unquoted cluster name `y`, `n`,
         # `on` or `off` for a boolean, and PyYAML does not quote them.
-        _write(self.files.admin_kubeconfig, json.dumps(self.kubeconfig(cert_user(self.pki.admin)), indent=2))
-        _write(self.files.kcm_kubeconfig, json.dumps(self.kubeconfig(cert_user(self._kcm_client)), indent=2))
+        write(self.files.admin_kubeconfig, json.dumps(self.kubeconfig(cert_user(self.pki.admin)), indent=2))
+        write(self.files.kcm_kubeconfig, json.dumps(self.kubeconfig(cert_user(self._kcm_client)), indent=2))
 
     def _write_pids(self) -> None:
-        _write(self.files.pids, json.dumps({"pids": self.pids(), "ports": self.ports}, indent=2) + "\n", 0o644)
+        write(self.files.pids, json.dumps({"pids": self.pids(), "ports": self.ports}, indent=2) + "\n", 0o644)
 
     # --- the API, for seeding ---
 
@@ -572,7 +471,7 @@ class RealControlPlane:
                 return body["status"]["token"]
 
 
-def _get_ok_blocking(url: str, ctx: ssl.SSLContext) -> bool:
+def get_ok_blocking(url: str, ctx: ssl.SSLContext) -> bool:
     import http.client
     import urllib.parse
 
@@ -597,44 +496,3 @@ async def _body(r: aiohttp.ClientResponse) -> dict:
     except ValueError:
         return {"message": text.strip()}
     return body if isinstance(body, dict) else {"message": text.strip()}
-
-
-class ApplyError(Exception):
-    """The API server refused to seed an object; the message names the object and quotes the server."""
-
-
-def load_documents(sources: Iterable[os.PathLike | str | Mapping]) -> list[dict]:
-    """YAML documents from files, from the *.yaml/*.yml files of directories (sorted), or dicts as they are."""
-    docs: list[dict] = []
-    for src in sources:
-        if isinstance(src, Mapping):
-            docs.append(dict(src))
-            continue
-        path = pathlib.Path(src)
-        files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
-        if not files:
-            raise ApplyError(f"{path} holds no *.yaml files")
-        for file in files:
-            docs += [d for d in yaml.safe_load_all(file.read_text()) if d]
-    return docs
-
-
-def strip_schema_keys(crd: dict, keys: tuple[str, ...]) -> list[str]:
-    """Remove `keys` wherever they occur in the CRD's version schemas; returns the places, as JSON pointers."""
-    found: list[str] = []
-
-    def walk(node: Any, where: str) -> None:
-        if isinstance(node, dict):
-            for k in [k for k in node if k in keys]:
-                del node[k]
-                found.append(f"{where}/{k}")
-            for k, v in node.items():
-                walk(v, f"{where}/{k}")
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                walk(v, f"{where}/{i}")
-
-    if keys:
-        for i, version in enumerate(crd.get("spec", {}).get("versions", [])):
-            walk(version.get("schema"), f"{crd.get('metadata', {}).get('name')}/spec/versions/{i}/schema")
-    return found
