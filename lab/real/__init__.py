@@ -11,7 +11,9 @@ host names. See lab/README.md, "The real backend".
 # `lab.real.build` stays the module (its `build()` builds); the names the lab needs are re-exported.
 from lab.real.build import Binaries, BuildError, require_built, required
 from lab.real.config import JWTIssuer
-from lab.real.runner import ApplyError, RealControlPlane, StartError
+from lab.real.documents import ApplyError
+from lab.real.process import StartError
+from lab.real.runner import RealControlPlane
 
 __all__ = ["ApplyError", "Binaries", "BuildError", "JWTIssuer", "RealControlPlane", "StartError",
            "require_built", "required"]
