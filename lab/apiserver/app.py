@@ -14,7 +14,7 @@ from aiohttp import web
 
 from lab.apiserver import errors, events
 from lab.apiserver.authcache import AuthCache
-from lab.apiserver.auth import rbac
+from lab.apiserver.auth import bootstrap, rbac
 from lab.apiserver.auth.authn import Authenticator
 from lab.apiserver.auth.tokens import ServiceAccountIssuer
 from lab.apiserver.crud import CRD_KEY, Objects
@@ -67,7 +67,7 @@ class ApiServer(Serving, Writing):
         self.store.listeners.append(self._close_watches_of_removed_crds)
         for ns in DEFAULT_NAMESPACES:
             self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        for obj in rbac.bootstrap_objects():
+        for obj in bootstrap.bootstrap_objects():
             self.create(obj)
         # Every CRD this server knows, installed at start unless left out; install_crd adds one later.
         self.crd_documents: dict[str, dict] = {}
