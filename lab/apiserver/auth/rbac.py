@@ -33,10 +33,6 @@ _SUBJECT_KINDS = ("User", "Group", "ServiceAccount")
 
 
 # --- rule matching -------------------------------------------------------------------------------------------
-def _has(values: Iterable[str] | None, wanted: str) -> bool:
-    return wanted in (values or ())
-
-
 def verb_matches(rule: Mapping, verb: str) -> bool:
     verbs = rule.get("verbs") or ()
     return ALL in verbs or verb in verbs
