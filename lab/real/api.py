@@ -27,6 +27,7 @@ resource), as kubectl picks it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import os
 import re
@@ -294,7 +295,8 @@ class HttpApi:
         events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
         def hand(kind: str, item: Any) -> None:
-            if not caller.is_closed():
+            # The caller may have gone (its loop closed) while the stream was read: nobody is left to tell.
+            with contextlib.suppress(RuntimeError):
                 caller.call_soon_threadsafe(events.put_nowait, (kind, item))
 
         async def pump() -> None:
