@@ -8,6 +8,8 @@ The peering CA is not here: the peering process creates its own, as in productio
 
 from __future__ import annotations
 
+import base64
+
 import datetime
 import ipaddress
 import ssl
@@ -189,3 +191,27 @@ def cluster_pki(cluster: str) -> ClusterPKI:
         ingress=public_ca.issue_server([join_host(cluster)]),
         admin=client_ca.issue_client("admin", ["system:masters"]),
     )
+
+
+def check_cluster_name(name: str) -> None:
+    """A cluster name becomes a DNS label of its host names (`api.<name>.lab`)."""
+    label = name.replace("-", "")
+    if not name or len(name) > 63 or not label.isascii() or not label.isalnum() or name != name.lower() \
+            or name.startswith("-") or name.endswith("-"):
+        raise ValueError(f"cluster name {name!r}: use lower-case letters, digits and inner dashes, at most 63 "
+                         "characters (it becomes a DNS label)")
+
+
+def kubeconfig(cluster: str, server: str, ca_pem: bytes, tls_server_name: str, user: dict) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": {
+            "server": server,
+            "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+            "tls-server-name": tls_server_name,
+        }}],
+        "users": [{"name": "user", "user": user}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": "user"}}],
+        "current-context": cluster,
+    }

@@ -227,14 +227,6 @@ class Dex:
     def add_client(self, client_id: str, secret: str, trusted_peers: list[str] = ()) -> None:
         self.clients[client_id] = Client(client_id, secret, tuple(trusted_peers))
 
-    def add_trusted_peer(self, client_id: str, peer_id: str) -> None:
-        """Let `peer_id` ask for tokens with audience `client_id` (add it to that client's trustedPeers)."""
-        client = self.clients.get(client_id)
-        if client is None:
-            raise KeyError(f"Dex has no client {client_id!r}; add it before trusting peers for it")
-        if peer_id not in client.trusted_peers:
-            self.clients[client_id] = Client(client.id, client.secret, client.trusted_peers + (peer_id,))
-
     def set_connector(self, connector_id: str, issuer: str, jwks: Mapping, username_prefix: str = "") -> None:
         self.connectors[connector_id] = Connector(connector_id, issuer, dict(jwks), username_prefix)
 

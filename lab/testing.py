@@ -12,7 +12,7 @@ As processes, exactly as `python -m lab up` runs them, for tests that use kubect
         lab.kubectl("a", "get", "namespaces")
 
 Each takes `apiserver="real"` for clusters on a real kube-apiserver (lab/real/; `cluster.api` is then
-lab/kubeapi.py's, over HTTP). A fixture that runs its tests on both backends takes `params=apiserver_backends()`
+lab/real/api.py's, over HTTP). A fixture that runs its tests on both backends takes `params=apiserver_backends()`
 and passes `request.param` on: its tests are marked `emulator` and `real` and named `[emulator]` and `[real]`.
 
 or through the pytest fixture factories, at module level:
@@ -37,7 +37,7 @@ from typing import Any, AsyncIterator, Iterable, Iterator
 
 from lab.cluster import (APISERVERS, LAB_CRDS, READY_TIMEOUT, ROOT, Lab, PeeringCommand, check_apiserver,
                          crd_documents, default_peering_command)
-from lab.kubeapi import AGGREGATED
+from lab.real.api import AGGREGATED
 
 KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
 
@@ -70,7 +70,7 @@ class RealApiserverAlone:
     process), with the lab's CRDs (Project, TokenExchangeProvider) and `crd_paths`, shared by the tests of a
     module: `reset()` gives the next one what a new emulator gives it (lab/apiserver/testing.py
     `start_test_apiserver`), by deleting every object made since `baseline()` (a start takes 5 to 10 s here, a
-    reset well under one). `api` is lab/kubeapi.py's `HttpApi`, whose calls (the emulator's in-process ones:
+    reset well under one). `api` is lab/real/api.py's `HttpApi`, whose calls (the emulator's in-process ones:
     `get`, `list`, `create`, `update`, `delete`, `watch`, `sa_issuer`, `url`, `port`) it offers as its own;
     `kubeconfig` is the admin's (client certificate), `plane` the `RealControlPlane`.
 
@@ -95,11 +95,10 @@ class RealApiserverAlone:
 
     @contextlib.contextmanager
     def started(self) -> Iterator["RealApiserverAlone"]:
-        from lab.kubeapi import HttpApi
+        from lab.real.api import HttpApi
 
         asyncio.run(self.plane.start(crds=self.crd_paths))
-        self.api = HttpApi(self.plane.name, self.plane.url, self.plane.ca_pem, self.plane.pki.admin,
-                           crd_documents=crd_documents())
+        self.api = HttpApi(self.plane.name, self.plane.admin_kubeconfig, crd_documents=crd_documents())
         try:
             yield self
         finally:

@@ -34,7 +34,7 @@ BLOCK_BOUND_ENV = "PEERING_TEST_LOOP_BLOCK_SECONDS"
 # key inside a test); waits for a CPU of up to 0.33 s were discounted. 2 s is ten times that and still catches a
 # sleep, or a synchronous call to kubectl or a socket.
 BLOCK_BOUND_DEFAULT = 2.0
-# On the real backend the lab's `cluster.api` is a synchronous HTTP client of kube-apiserver (lab/kubeapi.py, the
+# On the real backend the lab's `cluster.api` is a synchronous HTTP client of kube-apiserver (lab/real/api.py, the
 # emulator's in-process calls over HTTP), which the tests call from the loop: there the loop waits for kube-apiserver
 # and etcd, whose writes took up to 2.02 s here at a load average of 9.5. Tests marked `real` get this bound instead.
 BLOCK_BOUND_REAL_DEFAULT = 10.0

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from lab.demo.checks import STEP_TIMEOUT, Checks
 from lab.demo.failure import StepFailed
-from lab.demo.harness import _LAUNCHER, LabThread, lab_peering_command
+from lab.demo.harness import LAUNCHER, LabThread, lab_peering_command
 from lab.demo.kubectl import KUBECTL, Kubectl, Watch, condition, describe_peer, parse_table
 from lab.demo.manifests import (AUDITOR, BYSTANDER, CAPABILITY, CAPABILITY_VERSION, CONSUMER, MODULE_NS, PROJECT,
                                 auditor_manifest, expired_copy, invite_manifest, join_manifest, module_config_manifest,
@@ -31,7 +31,7 @@ from lab.demo.story import WATCH_END_SECONDS, Story
 
 __all__ = [
     "AUDITOR", "BYSTANDER", "CAPABILITY", "CAPABILITY_VERSION", "CONSUMER", "KUBECTL", "MODULE_NS", "PROJECT",
-    "STEP_TIMEOUT", "WATCH_END_SECONDS", "_LAUNCHER", "Checks", "Kubectl", "LabThread", "StepFailed", "Story",
+    "STEP_TIMEOUT", "WATCH_END_SECONDS", "LAUNCHER", "Checks", "Kubectl", "LabThread", "StepFailed", "Story",
     "Watch", "auditor_manifest", "condition", "describe_peer", "expired_copy", "invite_manifest", "join_manifest",
     "lab_peering_command", "module_config_manifest", "module_manifest", "parse_table", "project_manifest", "shorten",
     "write_private", "write_token_kubeconfig",

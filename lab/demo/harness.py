@@ -3,7 +3,7 @@ that the story can run kubectl and wait, and can do to a cluster what only the l
 process: an outage, a disabled module).
 
 Every process it starts is stopped on the way out, also on a failed step, Ctrl-C or SIGTERM; the peering processes
-also die with the demo should it be killed outright (PR_SET_PDEATHSIG, `_LAUNCHER`).
+also die with the demo should it be killed outright (PR_SET_PDEATHSIG, `LAUNCHER`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ T = TypeVar("T")
 
 # Runs before the peering process's own code: dies with the demo (PR_SET_PDEATHSIG) even when the demo is killed
 # without a chance to clean up, then becomes the process with the extra environment.
-_LAUNCHER = textwrap.dedent("""
+LAUNCHER = textwrap.dedent("""
     import ctypes, os, signal, sys
     parent = int(sys.argv[1])
     try:
@@ -56,7 +56,7 @@ def lab_peering_command(cluster: LabCluster) -> list[str] | None:
     cmd = default_peering_command(cluster)
     if cmd is None:
         return None
-    return [sys.executable, "-c", _LAUNCHER, str(os.getpid()),
+    return [sys.executable, "-c", LAUNCHER, str(os.getpid()),
             f"PEERING_PEER_SYNC_INTERVAL={LAB_PEER_SYNC_INTERVAL}", "--", *cmd]
 
 

@@ -135,8 +135,6 @@ class Files:
     def admin_kubeconfig(self) -> pathlib.Path: return self._p("kube-apiserver", "admin.kubeconfig")
     # kube-controller-manager
     @property
-    def kcm_dir(self) -> pathlib.Path: return self._p("kube-controller-manager")
-    @property
     def kcm_kubeconfig(self) -> pathlib.Path: return self._p("kube-controller-manager", "kubeconfig")
     @property
     def kcm_cert(self) -> pathlib.Path: return self._p("kube-controller-manager", "serving.crt")

@@ -24,146 +24,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
 import pathlib
-import signal
-import socket
 import ssl
-import subprocess
 import sys
 import time
 from typing import Any, Iterable, Mapping
 
-import aiohttp
-import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from lab import certs
 from lab.real import build as builder
+from lab.real.process import (POLL_INTERVAL, PROXY_VARS, START_TIMEOUT, STOP_TIMEOUT, Process, StartError, free_port,
+                              get_ok_blocking, tail, write)
 from lab.real.proxy import parse_map
+from lab.real.seeding import Seeding
 from lab.real.config import (
     Files, JWTIssuer, apiserver_args, authentication_configuration, controller_manager_args, etcd_args,
 )
 
 log = logging.getLogger(__name__)
 
-START_TIMEOUT = 90.0
-STOP_TIMEOUT = 15.0
-POLL_INTERVAL = 0.1
-# A port taken between our probe bind and the process's own bind shows up as this in the process's log.
-_PORT_CLASH = ("address already in use", "bind: address already in use")
-_PROXY_VARS = {"http_proxy", "https_proxy", "no_proxy", "all_proxy"}
-FIELD_MANAGER = "lab"
-
-
-class StartError(Exception):
-    """A control-plane process did not come up; the message quotes the end of its log."""
-
-
-def free_port() -> int:
-    """A port that was free on 127.0.0.1 a moment ago (the caller retries if it is gone by the time it binds)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _write(path: pathlib.Path, data: bytes | str, mode: int = 0o600) -> None:
-    """Atomically, private by default: most of these files are keys."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
-
-
-def _tail(path: pathlib.Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
-
-
-# Resolved here, not in the child: between fork and exec the child only makes this one foreign call.
-try:
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):
-    _prctl = None
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: if the lab process dies without stopping us, the kernel kills us. SIGKILL,
-    since all of them get it at once: a kube-apiserver told to stop gracefully while its etcd goes away hangs."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
-
-
-class _Process:
-    """One started binary: its Popen (stopped by pid), its log, and where its log was when it started."""
-
-    def __init__(self, name: str, argv: list[str], log_path: pathlib.Path, env: dict[str, str]) -> None:
-        self.name = name
-        self.log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as f:
-            self.log_offset = f.tell()
-            f.write(f"--- {time.strftime('%H:%M:%S')} {' '.join(argv)}\n".encode())
-            f.flush()
-            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                          env=env, start_new_session=True, preexec_fn=_die_with_parent)
-        self.started = time.monotonic()
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def exited(self) -> int | None:
-        return self.popen.poll()
-
-    def log_since_start(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(self.log_offset)
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
-
-    def port_clash(self) -> bool:
-        text = self.log_since_start().lower()
-        return any(s in text for s in _PORT_CLASH)
-
-    async def stop(self, timeout: float) -> None:
-        if self.popen.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.popen.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while self.popen.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        if self.popen.poll() is None:
-            log.warning("%s (pid %d) ignored SIGTERM for %.0f s; killing it", self.name, self.pid, timeout)
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
-            while self.popen.poll() is None:
-                await asyncio.sleep(0.05)
-
-
-class RealControlPlane:
+class RealControlPlane(Seeding):
     """etcd + kube-apiserver + kube-controller-manager for lab cluster `name`, with its files under `dir`."""
 
     def __init__(self, name: str, dir: os.PathLike | str, *, pki: certs.ClusterPKI | None = None,
                  jwt_issuer: JWTIssuer | None = None, resolve: Mapping[str, str] | None = None,
                  binaries: builder.Binaries | None = None, verbosity: int = 1,
                  start_attempts: int = 5) -> None:
-        from lab.cluster import check_cluster_name
-
-        check_cluster_name(name)
+        certs.check_cluster_name(name)
         self.name = name
         self.files = Files(pathlib.Path(dir).resolve())
         self.pki = pki or certs.cluster_pki(name)
@@ -183,7 +75,7 @@ class RealControlPlane:
         # controller manager's serving certificate.
         self._internal_ca = certs.CA(f"lab control-plane CA ({name})")
         self._kcm_client = self.pki.client_ca.issue_client("system:kube-controller-manager")
-        self._processes: dict[str, _Process] = {}
+        self._processes: dict[str, Process] = {}
         self.ports: dict[str, int] = {}
         self._discovery: dict[tuple[str, str], tuple[str, bool]] = {}
         self.startup_seconds: dict[str, float] = {}
@@ -218,9 +110,7 @@ class RealControlPlane:
 
     def kubeconfig(self, user: Mapping[str, Any]) -> dict:
         """A kubeconfig for this API server with `user` (a kubeconfig user entry: a token, or client cert data)."""
-        from lab.cluster import kubeconfig
-
-        return kubeconfig(self.name, self.url, self.ca_pem, self.tls_server_name, dict(user))
+        return certs.kubeconfig(self.name, self.url, self.ca_pem, self.tls_server_name, dict(user))
 
     def ssl_context(self, cert: certs.CertKey | None = None) -> ssl.SSLContext:
         """A client context trusting this API server, presenting `cert` if given (`self.pki.admin` for the admin).
@@ -323,15 +213,15 @@ class RealControlPlane:
         await self.stop()
 
     def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS}
+        env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARS}
         if "proxy" in self.ports:
             # Go never proxies loopback addresses (etcd, the controller manager's own calls): only the names.
             env["HTTPS_PROXY"] = f"http://127.0.0.1:{self.ports['proxy']}"
             env["NO_PROXY"] = "127.0.0.1,localhost,::1"
         return env
 
-    def _spawn(self, name: str, argv: list[str]) -> _Process:
-        proc = _Process(name, argv, self.files.log(name), self._env())
+    def _spawn(self, name: str, argv: list[str]) -> Process:
+        proc = Process(name, argv, self.files.log(name), self._env())
         self._processes[name] = proc
         return proc
 
@@ -366,27 +256,27 @@ class RealControlPlane:
                 log.info("%s lost a port to another process (attempt %d); retrying with new ports", name, attempt)
                 await proc.stop(STOP_TIMEOUT)
 
-    async def _wait(self, proc: _Process, ready, deadline: float, *, stop_on_timeout: bool = True) -> None:
+    async def _wait(self, proc: Process, ready, deadline: float, *, stop_on_timeout: bool = True) -> None:
         """Poll `ready()` until it is true; fail at once when the process exits, or at the deadline (stopping a
         process that is still starting then)."""
         while True:
             rc = proc.exited()
             if rc is not None:
                 raise StartError(f"{proc.name} exited with code {rc} while starting; the end of "
-                                 f"{proc.log_path}:\n{_tail(proc.log_path)}")
+                                 f"{proc.log_path}:\n{tail(proc.log_path)}")
             if await ready():
                 return
             if time.monotonic() > deadline:
                 if stop_on_timeout:
                     await proc.stop(STOP_TIMEOUT)
                 raise StartError(f"{proc.name} was not ready after {time.monotonic() - proc.started:.0f} s; the "
-                                 f"end of {proc.log_path}:\n{_tail(proc.log_path)}")
+                                 f"end of {proc.log_path}:\n{tail(proc.log_path)}")
             await asyncio.sleep(POLL_INTERVAL)
 
     async def _get_ok(self, url: str, ctx: ssl.SSLContext) -> bool:
         """GET `url` is 200. A blocking request in a thread, whose socket is closed when it returns: an asyncio
         TLS connection closed just before its event loop ends (a test's) is reported as an unclosed transport."""
-        return await asyncio.to_thread(_get_ok_blocking, url, ctx)
+        return await asyncio.to_thread(get_ok_blocking, url, ctx)
 
     async def _etcd_ready(self) -> bool:
         return await self._get_ok(f"https://127.0.0.1:{self.ports['etcd']}/health", self._etcd_client_context())
@@ -409,25 +299,25 @@ class RealControlPlane:
         etcd_server = ca.issue_server(["localhost"], ["127.0.0.1"])
         self._etcd_client = ca.issue_client("kube-apiserver-etcd-client")
         kcm_serving = ca.issue_server(["localhost"], ["127.0.0.1"])
-        _write(f.etcd_ca, ca.cert_pem, 0o644)
-        _write(f.etcd_cert, etcd_server.cert_pem, 0o644)
-        _write(f.etcd_key, etcd_server.key_pem)
-        _write(f.etcd_client_cert, self._etcd_client.cert_pem, 0o644)
-        _write(f.etcd_client_key, self._etcd_client.key_pem)
-        _write(f.serving_cert, self.pki.api.cert_pem, 0o644)
-        _write(f.serving_key, self.pki.api.key_pem)
-        _write(f.client_ca, self.pki.client_ca.cert_pem, 0o644)
+        write(f.etcd_ca, ca.cert_pem, 0o644)
+        write(f.etcd_cert, etcd_server.cert_pem, 0o644)
+        write(f.etcd_key, etcd_server.key_pem)
+        write(f.etcd_client_cert, self._etcd_client.cert_pem, 0o644)
+        write(f.etcd_client_key, self._etcd_client.key_pem)
+        write(f.serving_cert, self.pki.api.cert_pem, 0o644)
+        write(f.serving_key, self.pki.api.key_pem)
+        write(f.client_ca, self.pki.client_ca.cert_pem, 0o644)
         if not f.sa_key.exists():
             # The cluster's ServiceAccount signing key: kept across restarts of the same directory, so that tokens
             # issued before a restart stay valid, as on a real cluster.
             key = ec.generate_private_key(ec.SECP256R1())
-            _write(f.sa_key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            write(f.sa_key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                serialization.NoEncryption()))
-            _write(f.sa_pub, key.public_key().public_bytes(serialization.Encoding.PEM,
+            write(f.sa_pub, key.public_key().public_bytes(serialization.Encoding.PEM,
                                                            serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
-        _write(f.authn_config, json.dumps(authentication_configuration(self.jwt_issuer), indent=2))
-        _write(f.kcm_cert, kcm_serving.cert_pem, 0o644)
-        _write(f.kcm_key, kcm_serving.key_pem)
+        write(f.authn_config, json.dumps(authentication_configuration(self.jwt_issuer), indent=2))
+        write(f.kcm_cert, kcm_serving.cert_pem, 0o644)
+        write(f.kcm_key, kcm_serving.key_pem)
         f.etcd_data.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def _write_kubeconfigs(self) -> None:
@@ -438,203 +328,8 @@ class RealControlPlane:
 
         # JSON, which every YAML reader reads the same: Go's YAML 1.1 takes an unquoted cluster name `y`, `n`,
         # `on` or `off` for a boolean, and PyYAML does not quote them.
-        _write(self.files.admin_kubeconfig, json.dumps(self.kubeconfig(cert_user(self.pki.admin)), indent=2))
-        _write(self.files.kcm_kubeconfig, json.dumps(self.kubeconfig(cert_user(self._kcm_client)), indent=2))
+        write(self.files.admin_kubeconfig, json.dumps(self.kubeconfig(cert_user(self.pki.admin)), indent=2))
+        write(self.files.kcm_kubeconfig, json.dumps(self.kubeconfig(cert_user(self._kcm_client)), indent=2))
 
     def _write_pids(self) -> None:
-        _write(self.files.pids, json.dumps({"pids": self.pids(), "ports": self.ports}, indent=2) + "\n", 0o644)
-
-    # --- the API, for seeding ---
-
-    @contextlib.asynccontextmanager
-    async def session(self, cert: certs.CertKey | None = None, *, token: str | None = None):
-        """An aiohttp session to this API server; paths are relative to `url`. As the admin by default, as the
-        user of client certificate `cert`, or with bearer `token` and no certificate at all."""
-        if token is not None and cert is not None:
-            raise ValueError("give a client certificate or a token, not both: kube-apiserver would take the "
-                             "certificate's user")
-        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-        connector = aiohttp.TCPConnector(ssl=self.ssl_context(None if token is not None else cert or self.pki.admin))
-        async with aiohttp.ClientSession(base_url=self.url, connector=connector, headers=headers,
-                                         timeout=aiohttp.ClientTimeout(total=30)) as s:
-            yield s
-
-    async def _resource(self, s: aiohttp.ClientSession, api_version: str, kind: str) -> tuple[str, bool]:
-        """(plural, namespaced) of `kind` in `api_version`, from discovery; asked again on a miss."""
-        key = (api_version, kind)
-        if key not in self._discovery:
-            path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-            async with s.get(path) as r:
-                body = await _body(r)
-                if r.status != 200:
-                    raise ApplyError(f"{kind} ({api_version}) is not served by {self.name}'s kube-apiserver: GET "
-                                     f"{path} answered {r.status} {body.get('message', '')}: install its CRD first")
-            for res in body.get("resources", []):
-                if "/" not in res["name"]:
-                    self._discovery[(api_version, res["kind"])] = (res["name"], res["namespaced"])
-            if key not in self._discovery:
-                raise ApplyError(f"{api_version} has no kind {kind} on {self.name}'s kube-apiserver")
-        return self._discovery[key]
-
-    async def _object_path(self, s: aiohttp.ClientSession, obj: Mapping) -> str:
-        api_version, kind = obj.get("apiVersion"), obj.get("kind")
-        meta = obj.get("metadata") or {}
-        if not api_version or not kind or not meta.get("name"):
-            raise ApplyError(f"an object to apply needs apiVersion, kind and metadata.name; got "
-                             f"{api_version!r} {kind!r} {meta.get('name')!r}")
-        plural, namespaced = await self._resource(s, api_version, kind)
-        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        if namespaced:
-            ns = meta.get("namespace")
-            if not ns:
-                raise ApplyError(f"{kind} {meta['name']} is namespaced: give metadata.namespace")
-            return f"{base}/namespaces/{ns}/{plural}/{meta['name']}"
-        return f"{base}/{plural}/{meta['name']}"
-
-    async def apply(self, objects: Iterable[Mapping], *, field_manager: str = FIELD_MANAGER) -> list[dict]:
-        """Server-side apply each object (in order) with strict field validation; returns what the server stored."""
-        stored = []
-        async with self.session() as s:
-            for obj in objects:
-                path = await self._object_path(s, obj)
-                async with s.patch(path, data=json.dumps(obj),
-                                   params={"fieldManager": field_manager, "force": "true",
-                                           "fieldValidation": "Strict"},
-                                   headers={"Content-Type": "application/apply-patch+yaml"}) as r:
-                    body = await _body(r)
-                    if r.status >= 300:
-                        meta = obj.get("metadata", {})
-                        raise ApplyError(f"{self.name}: applying {obj.get('kind')} "
-                                         f"{meta.get('namespace', '') + '/' if meta.get('namespace') else ''}"
-                                         f"{meta.get('name')} was refused ({r.status} {body.get('reason', '')}): "
-                                         f"{body.get('message', body)}")
-                    stored.append(body)
-        return stored
-
-    async def install_crds(self, sources: Iterable[os.PathLike | str | Mapping], *,
-                           strip_keys: Iterable[str] = ("x-kubernetes-sensitive-data",),
-                           timeout: float = 30.0) -> list[str]:
-        """Apply CustomResourceDefinitions (files, directories of *.yaml, or dicts) and wait until each is
-        Established and each served version lists. Schema keys in `strip_keys` are removed first and their places returned: a stock
-        kube-apiserver does not know Deckhouse's `x-kubernetes-sensitive-data` and refuses it under strict
-        field validation (pass `strip_keys=()` to see that)."""
-        crds = [doc for doc in load_documents(sources) if doc.get("kind") == "CustomResourceDefinition"]
-        strip = tuple(strip_keys)
-        stripped: list[str] = []
-        for crd in crds:
-            stripped += strip_schema_keys(crd, strip)
-        stored = await self.apply(crds)
-        deadline = time.monotonic() + timeout
-        async with self.session() as s:
-            for crd in stored:
-                name = crd["metadata"]["name"]
-                while True:
-                    async with s.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") as r:
-                        conds = {c["type"]: c for c in (await r.json()).get("status", {}).get("conditions", [])}
-                    if conds.get("Established", {}).get("status") == "True":
-                        break
-                    if time.monotonic() > deadline:
-                        raise ApplyError(f"CRD {name} was not Established after {timeout:.0f} s: "
-                                         f"{json.dumps(list(conds.values()))}")
-                    await asyncio.sleep(POLL_INTERVAL)
-                # Established is not yet served: until its watch cache is filled, kube-apiserver answers a list
-                # with 429 "storage is (re)initializing". On a real cluster a module starts long after its CRDs.
-                group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
-                for version in (v["name"] for v in crd["spec"]["versions"] if v.get("served")):
-                    while True:
-                        # Without a limit: a paginated list is read from etcd and answers 200 while the watch
-                        # cache, which serves a whole list, still answers 429.
-                        async with s.get(f"/apis/{group}/{version}/{plural}") as r:
-                            await r.read()
-                            if r.status == 200:
-                                break
-                            if r.status != 429 or time.monotonic() > deadline:
-                                raise ApplyError(f"CRD {name} is Established but listing {group}/{version} "
-                                                 f"{plural} answers {r.status}")
-                        await asyncio.sleep(POLL_INTERVAL)
-        self._discovery.clear()
-        return stripped
-
-    async def service_account_token(self, namespace: str, name: str, *, seconds: int = 3600,
-                                    audiences: Iterable[str] = ()) -> str:
-        """A token of ServiceAccount namespace/name from the TokenRequest API (the account must exist)."""
-        spec: dict = {"expirationSeconds": seconds}
-        if audiences:
-            spec["audiences"] = list(audiences)
-        async with self.session() as s:
-            async with s.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-                              json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                                    "spec": spec}) as r:
-                body = await _body(r)
-                if r.status != 201:
-                    raise ApplyError(f"TokenRequest for {namespace}/{name} refused ({r.status}): "
-                                     f"{body.get('message', body)}")
-                return body["status"]["token"]
-
-
-def _get_ok_blocking(url: str, ctx: ssl.SSLContext) -> bool:
-    import http.client
-    import urllib.parse
-
-    u = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPSConnection(u.hostname, u.port, context=ctx, timeout=5)
-    try:
-        conn.request("GET", u.path or "/")
-        r = conn.getresponse()
-        r.read()
-        return r.status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
-
-
-async def _body(r: aiohttp.ClientResponse) -> dict:
-    """The JSON answer, or the text of one that is not JSON (`404 page not found`) as its message."""
-    text = await r.text()
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return {"message": text.strip()}
-    return body if isinstance(body, dict) else {"message": text.strip()}
-
-
-class ApplyError(Exception):
-    """The API server refused to seed an object; the message names the object and quotes the server."""
-
-
-def load_documents(sources: Iterable[os.PathLike | str | Mapping]) -> list[dict]:
-    """YAML documents from files, from the *.yaml/*.yml files of directories (sorted), or dicts as they are."""
-    docs: list[dict] = []
-    for src in sources:
-        if isinstance(src, Mapping):
-            docs.append(dict(src))
-            continue
-        path = pathlib.Path(src)
-        files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
-        if not files:
-            raise ApplyError(f"{path} holds no *.yaml files")
-        for file in files:
-            docs += [d for d in yaml.safe_load_all(file.read_text()) if d]
-    return docs
-
-
-def strip_schema_keys(crd: dict, keys: tuple[str, ...]) -> list[str]:
-    """Remove `keys` wherever they occur in the CRD's version schemas; returns the places, as JSON pointers."""
-    found: list[str] = []
-
-    def walk(node: Any, where: str) -> None:
-        if isinstance(node, dict):
-            for k in [k for k in node if k in keys]:
-                del node[k]
-                found.append(f"{where}/{k}")
-            for k, v in node.items():
-                walk(v, f"{where}/{k}")
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                walk(v, f"{where}/{i}")
-
-    if keys:
-        for i, version in enumerate(crd.get("spec", {}).get("versions", [])):
-            walk(version.get("schema"), f"{crd.get('metadata', {}).get('name')}/spec/versions/{i}/schema")
-    return found
+        write(self.files.pids, json.dumps({"pids": self.pids(), "ports": self.ports}, indent=2) + "\n", 0o644)

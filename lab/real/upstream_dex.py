@@ -25,8 +25,7 @@ import yaml
 
 from lab import certs
 from lab.real import build as builder
-from lab.real.runner import (POLL_INTERVAL, STOP_TIMEOUT, StartError, _get_ok_blocking, _Process, _tail, _write,
-                             free_port)
+from lab.real.process import POLL_INTERVAL, STOP_TIMEOUT, Process, StartError, free_port, get_ok_blocking, tail, write
 
 START_TIMEOUT = 30.0
 START_ATTEMPTS = 3
@@ -50,7 +49,7 @@ class UpstreamDex:
         self._ca_pem = ca_pem
         self._binary = binary
         self.port = 0
-        self._process: _Process | None = None
+        self._process: Process | None = None
 
     @property
     def log_path(self) -> pathlib.Path:
@@ -73,15 +72,15 @@ class UpstreamDex:
     async def start(self, timeout: float = START_TIMEOUT) -> None:
         """Start Dex and return once discovery answers 200; StartError quoting its log when it does not."""
         binary = self._binary or builder.require_dex()
-        _write(self.dir / "tls.crt", self._serving.cert_pem, 0o644)
-        _write(self.dir / "tls.key", self._serving.key_pem)
+        write(self.dir / "tls.crt", self._serving.cert_pem, 0o644)
+        write(self.dir / "tls.key", self._serving.key_pem)
         ctx = certs.client_ssl_context(self._ca_pem)
         env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS}
         deadline = time.monotonic() + timeout
         for attempt in range(1, START_ATTEMPTS + 1):
             self.port = free_port()
-            _write(self.dir / "config.yaml", yaml.safe_dump(self._render(), sort_keys=False))
-            proc = _Process("dex", [str(binary), "serve", str(self.dir / "config.yaml")], self.log_path, env)
+            write(self.dir / "config.yaml", yaml.safe_dump(self._render(), sort_keys=False))
+            proc = Process("dex", [str(binary), "serve", str(self.dir / "config.yaml")], self.log_path, env)
             self._process = proc
             try:
                 await self._wait(proc, ctx, deadline)
@@ -92,18 +91,18 @@ class UpstreamDex:
                 if not proc.port_clash() or attempt == START_ATTEMPTS:
                     raise
 
-    async def _wait(self, proc: _Process, ctx, deadline: float) -> None:
+    async def _wait(self, proc: Process, ctx, deadline: float) -> None:
         url = self._ready_url()
         while True:
             rc = proc.exited()
             if rc is not None:
                 raise StartError(f"dex exited with code {rc} while starting; the end of {self.log_path}:\n"
-                                 f"{_tail(self.log_path)}")
-            if await asyncio.to_thread(_get_ok_blocking, url, ctx):
+                                 f"{tail(self.log_path)}")
+            if await asyncio.to_thread(get_ok_blocking, url, ctx):
                 return
             if time.monotonic() > deadline:
                 raise StartError(f"dex did not serve {url} within {time.monotonic() - proc.started:.0f} s; the "
-                                 f"end of {self.log_path}:\n{_tail(self.log_path)}")
+                                 f"end of {self.log_path}:\n{tail(self.log_path)}")
             await asyncio.sleep(POLL_INTERVAL)
 
     async def stop(self) -> None:

@@ -3,7 +3,7 @@ read from the code: the gateway's registry (gateway/metrics.py) is started and t
 imported, and the families of both registries listed with the suffixes the Prometheus client adds (`_total` on
 counters, `_bucket`/`_sum`/`_count` on histograms), with those the control loop computes at each scrape
 (control/metrics.py), so a metric another part adds is known here at once. The alerts an administrator must act
-on (issue 17) are each there."""
+on are each there."""
 
 from __future__ import annotations
 

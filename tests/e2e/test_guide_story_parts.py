@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from control import connstring, pki
-from lab.demo import _LAUNCHER, StepFailed, expired_copy, join_manifest, parse_table, shorten
+from lab.demo import LAUNCHER, StepFailed, expired_copy, join_manifest, parse_table, shorten
 
 
 def test_a_table_is_cut_where_the_header_names_start_so_empty_cells_stay_empty():
@@ -65,7 +65,7 @@ def test_a_failed_step_names_the_step_the_command_what_was_expected_and_what_cam
 
 def test_the_launcher_becomes_the_command_with_the_extra_environment():
     probe = "import os; print(os.getpid(), os.environ['PEERING_PEER_SYNC_INTERVAL'], os.environ.get('KEEP'))"
-    child = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(os.getpid()), "PEERING_PEER_SYNC_INTERVAL=1",
+    child = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(os.getpid()), "PEERING_PEER_SYNC_INTERVAL=1",
                               "--", sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True,
                              env=dict(os.environ, KEEP="yes"))
     out, _ = child.communicate(timeout=30)
@@ -75,7 +75,7 @@ def test_the_launcher_becomes_the_command_with_the_extra_environment():
 
 
 def test_the_launcher_refuses_to_start_for_a_parent_that_is_gone():
-    done = subprocess.run([sys.executable, "-c", _LAUNCHER, "1", "--", sys.executable, "-c", "print('ran')"],
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, "1", "--", sys.executable, "-c", "print('ran')"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode != 0 and "ran" not in done.stdout
     assert "is gone" in done.stderr

@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("gateway_bench", ROOT / "bench" / "gateway_bench.py")
+    spec = importlib.util.spec_from_file_location("gateway_rig", ROOT / "bench" / "gateway_rig.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""The egress is no confused deputy (issue 14.2): a local consumer reaches only the peer's Kubernetes API through
+"""The egress is no confused deputy: a local consumer reaches only the peer's Kubernetes API through
 it, never the peer protocol or anything else the peer's entrance serves with this cluster's client certificate,
 and only with a token that names exactly one audience, the capability's, so that the peer cannot replay it."""
 

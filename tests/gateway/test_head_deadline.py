@@ -1,4 +1,4 @@
-"""A request head has a deadline (issue 14.6): a slow client trickling one on the join listener or either path of
+"""A request head has a deadline: a slow client trickling one on the join listener or either path of
 the entrance is answered 408 RequestTimeout and closed once `request_head_timeout` has passed, never held for
 minutes; a head that arrives in time is served as before."""
 

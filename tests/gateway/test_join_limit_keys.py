@@ -1,4 +1,4 @@
-"""Nobody can block all joins (issue 14.4): the failed-join limit is keyed on the client address the trusted
+"""Nobody can block all joins: the failed-join limit is keyed on the client address the trusted
 Ingress reports and on the attempt's token ID, never on the Ingress's own address; a client locked out does not
 lock out another joiner; the table stays bounded without forgetting everyone at once."""
 

@@ -1,4 +1,4 @@
-"""A JWK's `alg`, when set, binds the algorithm a token signed with that key may use (issue 14.6): a token whose
+"""A JWK's `alg`, when set, binds the algorithm a token signed with that key may use: a token whose
 JWK says RS256 does not verify as PS256; a JWK without `alg` allows what its kty allows."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Open streams end when their authority ends (issue 14.3): a watch open through the entrance (both of its paths,
+"""Open streams end when their authority ends: a watch open through the entrance (both of its paths,
 and in a worker) or the egress is closed within a second when a new registry no longer admits it (a capability
 closed, the consumer removed from the PeeringCapability) and at its token's expiry; a registry that still admits
 it leaves it open."""

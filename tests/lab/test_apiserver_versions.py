@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from lab.apiserver import validation
+from lab.apiserver import openapi, validation
 from lab.apiserver.errors import ApiError
 from lab.multitenancy import add_project_namespace, create_project
 from lab.apiserver.testing import ADMIN_GROUPS, issue_client_cert
@@ -192,10 +192,10 @@ def test_ratcheting_reports_only_errors_in_changed_values():
             "phase": {"type": "string"}, "items": {"type": "array", "items": {"type": "string"}}}}}}
     old = {"spec": {"size": "big", "name": "a"}, "status": {"phase": "x", "items": [{}]}}
     unchanged = {"spec": {"size": "big", "name": "b"}, "status": {"phase": "x", "items": [{}]}}
-    assert validation.schema_problems(unchanged, schema, old) == []
-    assert [c["field"] for c in validation.schema_problems(unchanged, schema)] == ["spec.size", "status.items[0]"]
+    assert openapi.schema_problems(unchanged, schema, old) == []
+    assert [c["field"] for c in openapi.schema_problems(unchanged, schema)] == ["spec.size", "status.items[0]"]
     # A changed list is checked whole (atomic lists do not correlate item by item); a removed required field is
     # always reported.
     changed = {"spec": {"size": "big"}, "status": {"items": [{}, "ok"]}}
-    assert [c["field"] for c in validation.schema_problems(changed, schema, old)] == ["status.phase",
+    assert [c["field"] for c in openapi.schema_problems(changed, schema, old)] == ["status.phase",
                                                                                      "status.items[0]"]

@@ -6,7 +6,8 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from lab.apiserver.auth.impersonation import impersonate, impersonation_headers
-from lab.apiserver.auth.rbac import Authorizer, bootstrap_objects
+from lab.apiserver.auth.bootstrap import bootstrap_objects
+from lab.apiserver.auth.rbac import Authorizer
 from lab.apiserver.auth.types import UserInfo
 from lab.apiserver.errors import ApiError
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from lab.apiserver.auth.bootstrap import bootstrap_objects
 from lab.apiserver.auth.rbac import (
     Authorizer,
     aggregate_cluster_roles,
-    bootstrap_objects,
     breakdown_rule,
     forbidden,
     forbidden_message,

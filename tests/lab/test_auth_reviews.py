@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from lab.apiserver.auth.authn import Authenticator
-from lab.apiserver.auth.rbac import Authorizer, bootstrap_objects
+from lab.apiserver.auth.bootstrap import bootstrap_objects
+from lab.apiserver.auth.rbac import Authorizer
 from lab.apiserver.auth.reviews import (
     local_subject_access_review,
     self_subject_access_review,

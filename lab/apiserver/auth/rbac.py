@@ -11,12 +11,12 @@ ClusterRole's rules only in its own namespace, and nonResourceURLs end in `*` fo
 from __future__ import annotations
 
 import copy
-import json
 from typing import Iterable, Mapping
 
 from lab.apiserver.auth.tokens import sa_username
 from lab.apiserver.auth.types import Attributes, Decision, ListObjects, UserInfo
 from lab.apiserver.errors import ApiError
+from lab.apiserver.causes import go_strings
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 MASTERS = "system:masters"
@@ -25,19 +25,14 @@ UNAUTHENTICATED = "system:unauthenticated"
 SERVICEACCOUNTS = "system:serviceaccounts"
 ALL = "*"
 
-_READ = ["get", "list", "watch"]
-_WRITE = ["create", "update", "patch", "delete", "deletecollection"]
+READ = ["get", "list", "watch"]
+WRITE = ["create", "update", "patch", "delete", "deletecollection"]
 
 # The subject of a binding, in kube-apiserver's reason strings.
 _SUBJECT_KINDS = ("User", "Group", "ServiceAccount")
 
 
 # --- rule matching -------------------------------------------------------------------------------------------
-
-def _has(values: Iterable[str] | None, wanted: str) -> bool:
-    return wanted in (values or ())
-
-
 def verb_matches(rule: Mapping, verb: str) -> bool:
     verbs = rule.get("verbs") or ()
     return ALL in verbs or verb in verbs
@@ -86,7 +81,6 @@ def rule_allows(rule: Mapping, attrs: Attributes) -> bool:
 
 
 # --- subjects, selectors, aggregation -------------------------------------------------------------------------
-
 def subject_matches(subject: Mapping, user: UserInfo, binding_namespace: str) -> bool:
     """Whether a binding's subject is this user. A ServiceAccount subject without a namespace is in the binding's."""
     kind = subject.get("kind")
@@ -130,7 +124,7 @@ def _labels(obj: Mapping) -> Mapping[str, str]:
     return (obj.get("metadata") or {}).get("labels") or {}
 
 
-def _name(obj: Mapping) -> str:
+def object_name(obj: Mapping) -> str:
     return (obj.get("metadata") or {}).get("name", "")
 
 
@@ -148,7 +142,7 @@ class ClusterRoleIndex:
     """
 
     def __init__(self, cluster_roles: Iterable[Mapping]) -> None:
-        self._by_name = {_name(r): r for r in cluster_roles}
+        self._by_name = {object_name(r): r for r in cluster_roles}
         self._resolved: dict[str, list[dict]] = {}
 
     def names(self) -> list[str]:
@@ -189,7 +183,6 @@ def aggregate_cluster_roles(cluster_roles: Iterable[Mapping]) -> dict[str, list[
 
 
 # --- escalation ----------------------------------------------------------------------------------------------
-
 def breakdown_rule(rule: Mapping) -> list[dict]:
     """One PolicyRule split into rules of one verb, group, resource and name (or one verb and URL) each."""
     out: list[dict] = []
@@ -268,11 +261,6 @@ def compact_rules(rules: list[Mapping]) -> list[dict]:
     return out
 
 
-def go_strings(values) -> str:
-    """A list of strings as Go's %q prints a []string: `["a" "b"]`."""
-    return "[" + " ".join(json.dumps(v) for v in values) + "]"
-
-
 def _compact(rule: Mapping) -> str:
     """A rule as kube-apiserver's escalation message prints it (rbac's PolicyRule compact string)."""
     parts = []
@@ -284,7 +272,6 @@ def _compact(rule: Mapping) -> str:
 
 
 # --- the authorizer ------------------------------------------------------------------------------------------
-
 class Authorizer:
     """Decides requests by the RBAC objects in the store, plus the `system:masters` group that is always allowed."""
 
@@ -307,7 +294,7 @@ class Authorizer:
 
     def _role_rules(self, namespace: str, name: str) -> list[dict] | None:
         for role in self._list(RBAC_GROUP, "roles", namespace):
-            if _name(role) == name:
+            if object_name(role) == name:
                 return list(role.get("rules") or ())
         return None
 
@@ -342,7 +329,8 @@ class Authorizer:
                 errors.append(f'{ref_kind.lower()}.{RBAC_GROUP} "{ref_name}" not found')
                 continue
             if any(rule_allows(r, attrs) for r in rules):
-                where = _name(binding) if kind == "ClusterRoleBinding" else f"{_name(binding)}/{_namespace(binding)}"
+                where = object_name(binding) if kind == "ClusterRoleBinding" \
+                    else f"{object_name(binding)}/{_namespace(binding)}"
                 return Decision(True, f'RBAC: allowed by {kind} "{where}" of {ref_kind} "{ref_name}" '
                                       f'to {subject.get("kind")} "{subject.get("name")}"')
         return Decision(False, "RBAC: " + ", ".join(errors) if errors else "")
@@ -388,7 +376,7 @@ class Authorizer:
         namespace = "" if is_cluster else _namespace(role)
         escalate = Attributes(verb="escalate", resource_request=True, api_group=RBAC_GROUP,
                               resource="clusterroles" if is_cluster else "roles", namespace=namespace,
-                              name=_name(role))
+                              name=object_name(role))
         if self.authorize(user, escalate).allowed:
             return Decision(True, "the user may escalate on this role")
         if is_cluster and role.get("aggregationRule"):
@@ -421,7 +409,6 @@ class Authorizer:
 
 
 # --- messages --------------------------------------------------------------------------------------------------
-
 def forbidden_message(user: UserInfo, attrs: Attributes, reason: str = "") -> str:
     """kube-apiserver's words for a denied request, e.g. `User "x" cannot list resource "pods" in API group ""...`."""
     if not attrs.resource_request:
@@ -446,127 +433,3 @@ def forbidden(user: UserInfo, attrs: Attributes, reason: str = "") -> ApiError:
         text = f'{qualified} "{attrs.name}" is forbidden: {msg}'
     from lab.apiserver.errors import details
     return ApiError(403, "Forbidden", text, details(attrs.name or "", attrs.api_group, resource))
-
-
-# --- bootstrap policy ----------------------------------------------------------------------------------------
-
-_BOOTSTRAP_META = {
-    "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
-    "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
-}
-
-
-def _rule(verbs: list[str], groups: list[str] | None = None, resources: list[str] | None = None,
-          urls: list[str] | None = None) -> dict:
-    if urls is not None:
-        return {"verbs": list(verbs), "nonResourceURLs": list(urls)}
-    return {"verbs": list(verbs), "apiGroups": list(groups or [""]), "resources": list(resources or [])}
-
-
-def _cluster_role(name: str, rules: list[dict], labels: dict | None = None, aggregate_to: str | None = None) -> dict:
-    meta = copy.deepcopy(_BOOTSTRAP_META)
-    meta["name"] = name
-    meta["labels"].update(labels or {})
-    role = {"apiVersion": f"{RBAC_GROUP}/v1", "kind": "ClusterRole", "metadata": meta, "rules": rules}
-    if aggregate_to:
-        role["aggregationRule"] = {"clusterRoleSelectors": [
-            {"matchLabels": {f"rbac.authorization.k8s.io/aggregate-to-{aggregate_to}": "true"}}]}
-    return role
-
-
-def _cluster_role_binding(name: str, role: str, groups: list[str]) -> dict:
-    meta = copy.deepcopy(_BOOTSTRAP_META)
-    meta["name"] = name
-    return {
-        "apiVersion": f"{RBAC_GROUP}/v1", "kind": "ClusterRoleBinding", "metadata": meta,
-        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": role},
-        "subjects": [{"apiGroup": RBAC_GROUP, "kind": "Group", "name": g} for g in groups],
-    }
-
-
-def _aggregate_label(to: str) -> dict:
-    return {f"rbac.authorization.k8s.io/aggregate-to-{to}": "true"}
-
-
-_HEALTH_URLS = ["/healthz", "/livez", "/readyz", "/version", "/version/"]
-
-
-def bootstrap_objects() -> list[dict]:
-    """Kubernetes' default ClusterRoles and ClusterRoleBindings that every cluster has from its first start.
-
-    The core stores these at start, so kubectl sees them and the authorizer finds them like any other object.
-    The aggregated roles (admin, edit, view) come with their rules filled as the aggregation controller would.
-    """
-    view = [
-        _rule(_READ, [""], ["pods", "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts",
-                            "services", "services/status", "endpoints", "persistentvolumeclaims",
-                            "persistentvolumeclaims/status", "configmaps"]),
-        _rule(_READ, [""], ["limitranges", "resourcequotas", "bindings", "events", "pods/status",
-                            "resourcequotas/status", "namespaces/status", "replicationcontrollers/status",
-                            "pods/log"]),
-        _rule(_READ, [""], ["namespaces"]),
-        _rule(_READ, ["discovery.k8s.io"], ["endpointslices"]),
-        _rule(_READ, ["apps"], ["controllerrevisions", "statefulsets", "statefulsets/scale", "statefulsets/status",
-                                "daemonsets", "daemonsets/status", "deployments", "deployments/scale",
-                                "deployments/status", "replicasets", "replicasets/scale", "replicasets/status"]),
-        _rule(_READ, ["autoscaling"], ["horizontalpodautoscalers", "horizontalpodautoscalers/status"]),
-        _rule(_READ, ["batch"], ["cronjobs", "cronjobs/status", "jobs", "jobs/status"]),
-        _rule(_READ, ["policy"], ["poddisruptionbudgets", "poddisruptionbudgets/status"]),
-        _rule(_READ, ["networking.k8s.io"], ["ingresses", "ingresses/status", "networkpolicies"]),
-    ]
-    edit = [
-        _rule(_READ, [""], ["pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets",
-                            "services/proxy"]),
-        _rule(["impersonate"], [""], ["serviceaccounts"]),
-        _rule(_WRITE, [""], ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"]),
-        _rule(["create"], [""], ["pods/eviction"]),
-        _rule(_WRITE, [""], ["configmaps", "events", "persistentvolumeclaims", "replicationcontrollers",
-                             "replicationcontrollers/scale", "secrets", "serviceaccounts", "services",
-                             "services/proxy"]),
-        _rule(["create"], [""], ["serviceaccounts/token"]),
-        _rule(_WRITE, ["apps"], ["daemonsets", "deployments", "deployments/rollback", "deployments/scale",
-                                 "replicasets", "replicasets/scale", "statefulsets", "statefulsets/scale"]),
-        _rule(_WRITE, ["autoscaling"], ["horizontalpodautoscalers"]),
-        _rule(_WRITE, ["batch"], ["cronjobs", "jobs"]),
-        _rule(_WRITE, ["policy"], ["poddisruptionbudgets"]),
-        _rule(_WRITE, ["networking.k8s.io"], ["ingresses", "networkpolicies"]),
-        _rule(_READ + _WRITE, ["coordination.k8s.io"], ["leases"]),
-    ]
-    admin = [
-        _rule(_READ + _WRITE, [RBAC_GROUP], ["rolebindings", "roles"]),
-        _rule(["create"], ["authorization.k8s.io"], ["localsubjectaccessreviews"]),
-    ]
-    roles = [
-        _cluster_role("cluster-admin", [_rule([ALL], [ALL], [ALL]), _rule([ALL], urls=[ALL])]),
-        _cluster_role("admin", [], aggregate_to="admin"),
-        _cluster_role("edit", [], labels=_aggregate_label("admin"), aggregate_to="edit"),
-        _cluster_role("view", [], labels=_aggregate_label("edit"), aggregate_to="view"),
-        _cluster_role("system:aggregate-to-admin", admin, labels=_aggregate_label("admin")),
-        _cluster_role("system:aggregate-to-edit", edit, labels=_aggregate_label("edit")),
-        _cluster_role("system:aggregate-to-view", view, labels=_aggregate_label("view")),
-        _cluster_role("system:discovery", [_rule(["get"], urls=["/api", "/api/*", "/apis", "/apis/*", "/healthz",
-                                                                "/livez", "/openapi", "/openapi/*", "/readyz",
-                                                                "/version", "/version/"])]),
-        _cluster_role("system:basic-user", [
-            _rule(["create"], ["authorization.k8s.io"], ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]),
-            _rule(["create"], ["authentication.k8s.io"], ["selfsubjectreviews"]),
-        ]),
-        _cluster_role("system:public-info-viewer", [_rule(["get"], urls=_HEALTH_URLS)]),
-        _cluster_role("system:service-account-issuer-discovery", [
-            _rule(["get"], urls=["/.well-known/openid-configuration", "/.well-known/openid-configuration/",
-                                 "/openid/v1/jwks", "/openid/v1/jwks/"])]),
-    ]
-    aggregated = aggregate_cluster_roles(roles)
-    for role in roles:
-        if role.get("aggregationRule"):
-            role["rules"] = aggregated[_name(role)]
-    bindings = [
-        _cluster_role_binding("cluster-admin", "cluster-admin", [MASTERS]),
-        _cluster_role_binding("system:discovery", "system:discovery", [AUTHENTICATED]),
-        _cluster_role_binding("system:basic-user", "system:basic-user", [AUTHENTICATED]),
-        _cluster_role_binding("system:public-info-viewer", "system:public-info-viewer",
-                              [AUTHENTICATED, UNAUTHENTICATED]),
-        _cluster_role_binding("system:service-account-issuer-discovery", "system:service-account-issuer-discovery",
-                              [SERVICEACCOUNTS]),
-    ]
-    return roles + bindings

@@ -1,4 +1,4 @@
-"""A redemption that a crash cut short (issue 15): status.invite records the redeemer in the write that marks the
+"""A redemption that a crash cut short: status.invite records the redeemer in the write that marks the
 token used, the same joiner is answered again, and a redemption that can no longer complete is re-issued with a
 reason instead of hanging."""
 

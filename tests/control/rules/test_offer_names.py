@@ -1,4 +1,4 @@
-"""Project and namespace names in a peer's offer are DNS-1123 labels (issue 14 item 6): an offer with one that is
+"""Project and namespace names in a peer's offer are DNS-1123 labels: an offer with one that is
 not is refused with OfferInvalid naming the bad entry, and a pull of such an offer keeps the previous status.peer."""
 
 from __future__ import annotations

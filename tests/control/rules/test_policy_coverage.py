@@ -61,7 +61,7 @@ def _scope(namespaced: bool) -> str:
 
 def _installed() -> set[tuple[str, str]]:
     """(group, resource) of every resource and subresource the CRDs installed on the real backend define."""
-    from lab.real.runner import load_documents
+    from lab.real.documents import load_documents
 
     out = set()
     for crd in load_documents(CRDS):

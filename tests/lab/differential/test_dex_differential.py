@@ -24,8 +24,8 @@ from jwcrypto import jwk, jwt
 
 from lab import certs
 from lab.dex import GRANT_TOKEN_EXCHANGE, TOKEN_TYPE_ID, Dex, opaque_subject
-from lab.real.runner import StartError
-from lab.real.runner import free_port as runner_free_port
+from lab.real.process import StartError
+from lab.real.process import free_port as runner_free_port
 from lab.real.upstream_dex import UpstreamDex
 from lab.testing import upstream_dex_or_skip
 

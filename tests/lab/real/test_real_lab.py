@@ -1,4 +1,4 @@
-"""Lab clusters on the real backend: `python -m lab up --apiserver real`, `cluster.api` over HTTP (lab/kubeapi.py)
+"""Lab clusters on the real backend: `python -m lab up --apiserver real`, `cluster.api` over HTTP (lab/real/api.py)
 answering as the emulator's in-process API does, and the front of lab/apifront.py."""
 
 from __future__ import annotations
@@ -168,9 +168,9 @@ async def test_tokens_come_from_the_token_request_api(lab):
     assert review["status"]["user"]["username"] == f"system:serviceaccount:{NAMESPACE}:app"
     assert expires.endswith("Z")
     # Without a front, the keys kube-apiserver publishes cannot be replaced: said at once, not ignored.
-    from lab.kubeapi import HttpApi
+    from lab.real.api import HttpApi
 
-    bare = HttpApi("a", a.api.url, a.pki.public_ca.cert_pem, a.pki.admin)
+    bare = HttpApi("a", a.control_plane.admin_kubeconfig)
     try:
         with pytest.raises(AttributeError, match="api_front=True"):
             bare.sa_issuer.jwks = lambda: {"keys": []}

@@ -20,7 +20,7 @@ from aiohttp import web
 from lab.real import build as builder
 from lab.real import config, proxy
 from lab.cluster import Replica
-from lab.real.runner import load_documents, strip_schema_keys
+from lab.real.documents import load_documents, strip_schema_keys
 from lab.workload import exit_code, pod_state, pod_status
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]

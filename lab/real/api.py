@@ -1,9 +1,11 @@
-"""`cluster.api` of a lab cluster whose API server is a real kube-apiserver (`--apiserver real`), over HTTP.
+"""`cluster.api` of a lab cluster whose API server is a real kube-apiserver (`--apiserver real`).
 
 The emulator's in-process API (`lab/apiserver/app.py` `ApiServer.get/list/create/update/delete/watch`,
 `sa_issuer.issue`, `install_crd`) is what the tests, the demo and the lab's stand-ins (user-authn,
 multitenancy-manager) call. `HttpApi` offers the same calls to a real kube-apiserver, as its cluster-admin (the
-lab's client certificate), so that one test body runs on both backends:
+admin kubeconfig, a client certificate), so that one test body runs on both backends. Every request goes through
+the product's own client (control/kube.py `KubeSession`), on an event loop of its own in a thread, so that the
+calls are synchronous as the emulator's are (each one request on loopback, a few milliseconds):
 
 | call | over HTTP |
 |---|---|
@@ -11,32 +13,31 @@ lab's client certificate), so that one test body runs on both backends:
 | `list(group, plural, ns, label_selector)` | GET of the collection; items get their `apiVersion` and `kind` back |
 | `create(obj)` / `update(obj, subresource=)` | POST / PUT (strict field validation) |
 | `delete(group, plural, name, ns)` | DELETE (background propagation, as kubectl) |
-| `watch(group, plural, ns, resource_version)` | an async iterator of `(type, object)` from `?watch=1` |
+| `watch(group, plural, ns, resource_version)` | an async iterator of `(type, object)` from `?watch=1`, in the caller's loop |
 | `sa_issuer.issue(ns, name, uid, audiences, seconds)` | TokenRequest (`seconds` at least 600, as kube-apiserver wants) |
 | `sa_issuer.jwks()` | GET /openid/v1/jwks |
 | `install_crd(name)` | the CRD applied, then waited for until every served version lists |
 | `write_counts()` | kube-apiserver's own `apiserver_request_total` of writes, by verb and resource (for WriteCounter) |
 
-The calls are synchronous, as the emulator's are: each is one request on loopback (a few milliseconds), made
-from whatever thread calls it; `watch` is asynchronous, on aiohttp. The version of a resource is the first one
-discovery lists for it (the group's preferred version when it serves the resource), as kubectl picks it.
+Errors are the emulator's `ApiError` (code, reason, message, details), made from the server's Status. The
+version of a resource is the first one discovery lists for it (the group's preferred version when it serves the
+resource), as kubectl picks it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
-import json
+import os
 import re
 import threading
-from typing import Any, AsyncIterator, Iterable, Mapping
-from urllib.parse import quote, urlencode
+import time
+from typing import Any, AsyncIterator, Coroutine, Mapping, TypeVar
 
-import aiohttp
-import urllib3
-
-from lab import certs
+from control import kube
 from lab.apiserver.errors import ApiError
+from lab.real.documents import strip_schema_keys
 
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION")
@@ -45,61 +46,29 @@ MIN_TOKEN_SECONDS = 600
 TIMEOUT = 30.0
 _METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+T = TypeVar("T")
 
 
-def api_error(status: int, body: bytes | str) -> ApiError:
-    """The server's Status as an ApiError (or its plain text, as for `404 page not found`)."""
-    text = body.decode(errors="replace") if isinstance(body, bytes) else body
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        doc = None
-    if isinstance(doc, dict) and doc.get("kind") == "Status":
-        return ApiError(int(doc.get("code") or status), doc.get("reason") or "", doc.get("message") or "",
-                        doc.get("details"))
-    return ApiError(status, "", text.strip() or f"HTTP {status}")
+def lab_error(e: kube.ApiError) -> ApiError:
+    """The product client's error as the emulator's: same code, reason, message and Status details."""
+    return ApiError(e.code, e.reason, e.message, (e.status or {}).get("details"))
 
 
-class Resource:
-    """One served resource: the version it is read at, its kind, scope and subresources."""
-
-    def __init__(self, group: str, version: str, plural: str, kind: str, namespaced: bool,
-                 subresources: Iterable[str]) -> None:
-        self.group, self.version, self.plural, self.kind = group, version, plural, kind
-        self.namespaced = namespaced
-        self.subresources = set(subresources)
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name is not None:
-            base += f"/{quote(name, safe='')}"
-        if subresource:
-            base += f"/{subresource}"
-        return base
-
-
-class _Registry:
+class Registry:
     """`registry.by_kind(apiVersion, kind)` as the emulator's: what the lab asks to know whether a kind is served."""
 
     def __init__(self, api: "HttpApi") -> None:
-        self._api = api
+        self.api = api
 
-    def by_kind(self, api_version: str, kind: str) -> Resource | None:
-        return self._api.resource_of_kind(api_version, kind)
+    def by_kind(self, api_version: str, kind: str) -> kube.Resource | None:
+        return self.api.resource_of_kind(api_version, kind)
 
 
 class TokenIssuer:
     """`api.sa_issuer` of a real cluster: tokens from the TokenRequest API, keys from /openid/v1/jwks."""
 
     def __init__(self, api: "HttpApi") -> None:
-        self._api = api
+        object.__setattr__(self, "api", api)
         self.issuer_url = ""
 
     def issue(self, namespace: str, name: str, uid: str, audiences: list[str], expiration_seconds: int,
@@ -110,7 +79,7 @@ class TokenIssuer:
         if expiration_seconds < MIN_TOKEN_SECONDS:
             raise ValueError(f"expiration_seconds {expiration_seconds}: kube-apiserver issues tokens of at least "
                              f"{MIN_TOKEN_SECONDS} s; ask for {MIN_TOKEN_SECONDS} or more")
-        sa = self._api.get("", "serviceaccounts", name, namespace)
+        sa = self.api.get("", "serviceaccounts", name, namespace)
         if sa is None:
             raise ApiError(404, "NotFound", f'serviceaccounts "{name}" not found')
         if uid and sa["metadata"]["uid"] != uid:
@@ -121,13 +90,13 @@ class TokenIssuer:
             spec["audiences"] = list(audiences)
         if bound_object:
             spec["boundObjectRef"] = {"apiVersion": "v1", **bound_object}
-        body = self._api.request("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/serviceaccounts/"
-                                         f"{quote(name, safe='')}/token",
-                                 {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+        account = kube.Resource("", "v1", "serviceaccounts", True, "ServiceAccount")
+        body = self.api.request("POST", account.path(namespace, name, "token"),
+                                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
         return body["status"]["token"], body["status"]["expirationTimestamp"]
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "jwks" and getattr(self._api, "front", None) is None:
+        if name == "jwks" and getattr(self.api, "front", None) is None:
             raise AttributeError("a real kube-apiserver serves its own keys at /openid/v1/jwks: start the lab with "
                                  "api_front=True to replace them for its peering processes (lab/apifront.py)")
         object.__setattr__(self, name, value)
@@ -135,63 +104,82 @@ class TokenIssuer:
     def jwks(self) -> dict:
         """What the cluster serves at /openid/v1/jwks; replaced (`sa_issuer.jwks = lambda: {...}`) only in what
         lab/apifront.py answers the peering process, for a lab started with api_front=True."""
-        return self._api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json")
+        return self.api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json")
 
 
 class HttpApi:
-    """A real kube-apiserver reached as its cluster-admin, offering the emulator's in-process calls."""
+    """A real kube-apiserver reached as its cluster-admin (`kubeconfig`), offering the emulator's in-process calls."""
 
     backend = "real"
 
-    def __init__(self, name: str, url: str, ca_pem: bytes, admin: certs.CertKey, *,
+    def __init__(self, name: str, kubeconfig: os.PathLike | str, *,
                  crd_documents: Mapping[str, dict] | None = None) -> None:
         self.name = name
-        self.url = url
-        host, _, port = url.removeprefix("https://").partition(":")
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=f"lab-api-{name}", daemon=True)
+        self.thread.start()
+        try:
+            self.kube: kube.KubeSession = self.call(kube.KubeSession.connect(os.fspath(kubeconfig)))
+        except BaseException:
+            self.stop_loop()
+            raise
+        self.url = self.kube.server
+        host, _, port = self.url.removeprefix("https://").partition(":")
         self.host, self.port = host, int(port)
-        self._ca_pem = ca_pem
-        self._admin = admin
-        self._pool = urllib3.HTTPSConnectionPool(
-            host, self.port, ssl_context=certs.client_ssl_context(ca_pem, admin), maxsize=8, block=False,
-            timeout=urllib3.Timeout(total=TIMEOUT), retries=False)
-        self._lock = threading.Lock()
-        self._by_plural: dict[tuple[str, str], Resource] = {}
-        self._by_kind: dict[tuple[str, str], Resource] = {}
-        self._discovered = False
+        self.lock = threading.Lock()
+        self.by_plural: dict[tuple[str, str], kube.Resource] = {}
+        self.by_kind: dict[tuple[str, str], kube.Resource] = {}
+        self.discovered = False
         self.crd_documents: dict[str, dict] = dict(crd_documents or {})
-        self.registry = _Registry(self)
+        self.registry = Registry(self)
         # lab/apifront.py, when the lab cluster puts one before its peering process.
         self.front: Any = None
         self.sa_issuer = TokenIssuer(self)
 
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the client's loop and wait for it (bounded: every request is)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(TIMEOUT + 5)
+
+    def stop_loop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(TIMEOUT)
+        self.loop.close()
+
     def close(self) -> None:
-        self._pool.close()
+        if self.loop.is_closed():
+            return
+        try:
+            self.call(self.kube.close())
+        finally:
+            self.stop_loop()
 
     # --- requests ---
 
     def request(self, method: str, path: str, body: Any = None, *, params: Mapping[str, str] | None = None,
                 content_type: str = "application/json", accept: str = "application/json") -> Any:
         """One request; the decoded JSON answer, or ApiError with the server's Status."""
-        url = path + (f"?{urlencode(params)}" if params else "")
-        headers = {"Accept": accept}
-        data = None
-        if body is not None:
-            data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-            headers["Content-Type"] = content_type
-        r = self._pool.request(method, url, body=data, headers=headers, preload_content=True)
-        if r.status >= 300:
-            raise api_error(r.status, r.data)
-        if not r.data:
-            return {}
-        if accept.startswith("text/"):
-            return r.data.decode()
-        return json.loads(r.data)
+        try:
+            return self.call(self.kube.request(method, path, query=dict(params or {}), body=body,
+                                               content_type=content_type, accept=accept, timeout=TIMEOUT))
+        except kube.ApiError as e:
+            raise lab_error(e) from None
+
+    def text(self, path: str) -> str:
+        """A plain-text answer (/metrics), through the same session."""
+        async def read() -> str:
+            async with self.kube.session.get(self.url + path, headers={"Accept": "text/plain"},
+                                             server_hostname=self.kube.configuration.tls_server_name or None) as r:
+                body = await r.text()
+                if r.status >= 300:
+                    raise lab_error(kube.error_from_status(r.status, body))
+                return body
+        return self.call(read())
 
     # --- discovery ---
 
-    def _discover(self) -> None:
-        by_plural: dict[tuple[str, str], Resource] = {}
-        by_kind: dict[tuple[str, str], Resource] = {}
+    def discover(self) -> None:
+        by_plural: dict[tuple[str, str], kube.Resource] = {}
+        by_kind: dict[tuple[str, str], kube.Resource] = {}
         for path in ("/api", "/apis"):
             doc = self.request("GET", path, accept=AGGREGATED)
             for group in doc.get("items") or []:
@@ -200,48 +188,48 @@ class HttpApi:
                     if version.get("freshness") == "Stale":
                         continue
                     for res in version.get("resources") or []:
-                        r = Resource(gname, version["version"], res["resource"],
-                                     (res.get("responseKind") or {}).get("kind", ""),
-                                     res.get("scope") == "Namespaced",
-                                     (s.get("subresource") for s in res.get("subresources") or []))
+                        r = kube.Resource(gname, version["version"], res["resource"],
+                                          res.get("scope") == "Namespaced",
+                                          (res.get("responseKind") or {}).get("kind", ""))
                         # The first version listed for a resource is the one read (the preferred one first).
                         by_plural.setdefault((gname, r.plural), r)
                         by_kind.setdefault((r.api_version, r.kind), r)
-        with self._lock:
-            self._by_plural, self._by_kind, self._discovered = by_plural, by_kind, True
+        with self.lock:
+            self.by_plural, self.by_kind, self.discovered = by_plural, by_kind, True
 
     def forget_discovery(self) -> None:
-        with self._lock:
-            self._discovered = False
+        with self.lock:
+            self.discovered = False
 
-    def resource(self, group: str, plural: str) -> Resource:
-        """The served resource; discovery is read again on a miss; ApiError 404 when it is not served."""
+    def lookup(self, table: str, key: tuple[str, str]) -> kube.Resource | None:
+        """A served resource, discovery read again on a miss."""
         for attempt in (0, 1):
-            if attempt or not self._discovered:
-                self._discover()
-            found = self._by_plural.get((group, plural))
-            if found is not None:
-                return found
-        label = f"{plural}.{group}" if group else plural
-        raise ApiError(404, "NotFound", f'the server doesn\'t have a resource type "{label}"')
-
-    def resource_of_kind(self, api_version: str, kind: str) -> Resource | None:
-        for attempt in (0, 1):
-            if attempt or not self._discovered:
-                self._discover()
-            found = self._by_kind.get((api_version, kind))
+            if attempt or not self.discovered:
+                self.discover()
+            found = getattr(self, table).get(key)
             if found is not None:
                 return found
         return None
 
-    def _resource_of(self, obj: Mapping) -> Resource:
+    def resource(self, group: str, plural: str) -> kube.Resource:
+        """The served resource; ApiError 404 when it is not served."""
+        found = self.lookup("by_plural", (group, plural))
+        if found is None:
+            label = f"{plural}.{group}" if group else plural
+            raise ApiError(404, "NotFound", f'the server doesn\'t have a resource type "{label}"')
+        return found
+
+    def resource_of_kind(self, api_version: str, kind: str) -> kube.Resource | None:
+        return self.lookup("by_kind", (api_version, kind))
+
+    def resource_of(self, obj: Mapping) -> kube.Resource:
         found = self.resource_of_kind(obj.get("apiVersion", ""), obj.get("kind", ""))
         if found is None:
             raise ApiError(404, "NotFound", f'no resource of kind {obj.get("kind")!r} in '
                                             f'{obj.get("apiVersion")!r} is served here')
         return found
 
-    def _gone_or_missing(self, e: ApiError) -> bool:
+    def gone_or_missing(self, e: ApiError) -> bool:
         """A 404 of an object (None for get) rather than of its resource (whose CRD went: discovery again)."""
         if (e.details or {}).get("name"):
             return True
@@ -255,7 +243,7 @@ class HttpApi:
         try:
             return self.request("GET", res.path(namespace, name))
         except ApiError as e:
-            if e.code == 404 and self._gone_or_missing(e):
+            if e.code == 404 and self.gone_or_missing(e):
                 return None
             raise
 
@@ -277,7 +265,7 @@ class HttpApi:
         return items
 
     def create(self, obj: dict) -> dict:
-        res = self._resource_of(obj)
+        res = self.resource_of(obj)
         meta = obj.get("metadata") or {}
         stored = self.request("POST", res.path(meta.get("namespace")), obj, params={"fieldValidation": "Strict"})
         if res.group == "apiextensions.k8s.io":
@@ -285,7 +273,7 @@ class HttpApi:
         return stored
 
     def update(self, obj: dict, subresource: str | None = None) -> dict:
-        res = self._resource_of(obj)
+        res = self.resource_of(obj)
         meta = obj.get("metadata") or {}
         return self.request("PUT", res.path(meta.get("namespace"), meta.get("name", ""), subresource), obj,
                             params={"fieldValidation": "Strict"})
@@ -300,37 +288,55 @@ class HttpApi:
     async def watch(self, group: str, plural: str, namespace: str | None = None,
                     resource_version: str | None = None) -> AsyncIterator[tuple[str, dict]]:
         """Events of a resource: ADDED for what exists (without a resource_version), then every change; the
-        stream ends when the server closes it; an ERROR event (410 Gone, ...) is raised as ApiError."""
+        stream ends when the server closes it; an ERROR event (410 Gone, ...) is raised as ApiError. The stream
+        is read on the client's loop and handed to the caller's."""
         res = await asyncio.to_thread(self.resource, group, plural)
-        params = {"watch": "1", "allowWatchBookmarks": "false"}
-        if resource_version:
-            params["resourceVersion"] = resource_version
-        connector = aiohttp.TCPConnector(ssl=certs.client_ssl_context(self._ca_pem, self._admin))
-        async with aiohttp.ClientSession(connector=connector,
-                                         timeout=aiohttp.ClientTimeout(total=None, sock_connect=TIMEOUT)) as s:
-            async with s.get(self.url + res.path(namespace), params=params) as r:
-                if r.status >= 300:
-                    if r.status == 404:
-                        self.forget_discovery()
-                    raise api_error(r.status, await r.read())
-                async for line in r.content:
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    if event.get("type") == "ERROR":
-                        status = event.get("object") or {}
-                        raise api_error(int(status.get("code") or 500), json.dumps(status))
-                    if event.get("type") == "BOOKMARK":
-                        continue
-                    yield event["type"], event["object"]
+        caller = asyncio.get_running_loop()
+        events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        def hand(kind: str, item: Any) -> None:
+            # The caller may have gone (its loop closed) while the stream was read: nobody is left to tell.
+            with contextlib.suppress(RuntimeError):
+                caller.call_soon_threadsafe(events.put_nowait, (kind, item))
+
+        async def pump() -> None:
+            try:
+                async for event in self.kube.watch(res, namespace, resource_version=resource_version,
+                                                   timeout_seconds=None, bookmarks=False):
+                    hand("event", event)
+            except asyncio.CancelledError:
+                raise
+            except kube.ApiError as e:
+                if e.code == 404:
+                    self.forget_discovery()
+                hand("error", lab_error(e))
+            except Exception as e:  # a connection that broke: the caller sees it as the stream's end does
+                hand("error", e)
+            else:
+                hand("end", None)
+
+        reader = asyncio.run_coroutine_threadsafe(pump(), self.loop)
+        try:
+            while True:
+                kind, item = await events.get()
+                if kind == "end":
+                    return
+                if kind == "error":
+                    raise item
+                if item.get("type") == "ERROR":
+                    status = item.get("object") or {}
+                    raise lab_error(kube.error_from_status(int(status.get("code") or 500), status))
+                if item.get("type") == "BOOKMARK":
+                    continue
+                yield item["type"], item["object"]
+        finally:
+            reader.cancel()
 
     # --- what is served, changed at run time ---
 
     def install_crd(self, name: str, timeout: float = 30.0) -> dict:
         """Create one of the lab's CRDs while everything runs (as `kubectl apply` of it would), and return once
         every served version lists: kube-apiserver answers 429 for a moment after Established."""
-        from lab.real.runner import strip_schema_keys
-
         doc = self.crd_documents.get(name)
         if doc is None:
             raise ValueError(f"no CRD {name!r} is known to this lab; name one of {', '.join(sorted(self.crd_documents))}")
@@ -341,8 +347,6 @@ class HttpApi:
         return stored
 
     def wait_served(self, crd: Mapping, timeout: float = 30.0) -> None:
-        import time
-
         deadline = time.monotonic() + timeout
         spec = crd["spec"]
         for version in (v["name"] for v in spec["versions"] if v.get("served")):
@@ -368,9 +372,8 @@ class HttpApi:
     def write_counts(self) -> dict[str, int]:
         """Writes kube-apiserver answered with success, by `"<verb> <resource>[/<subresource>]"`, from its own
         /metrics (`apiserver_request_total`, cumulative since it started); dry runs left out."""
-        text = self.request("GET", "/metrics", accept="text/plain")
         counts: dict[str, int] = {}
-        for line in text.splitlines():
+        for line in self.text("/metrics").splitlines():
             m = _METRIC.match(line)
             if m is None:
                 continue
