@@ -170,9 +170,11 @@ def _utc(seconds: float) -> str:
 
 
 def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | None, method: bytes, target: bytes,
-                   fields: Fields, length: int | None = None, chunked: bool = False) -> Admitted | NeedsExchange:
+                   fields: Fields, length: int | None = None, chunked: bool = False, *, until: float | None = None
+                   ) -> "Admitted | NeedsExchange | catchup.AwaitRegistry":
     """Admit a request of a peer's consumer to this cluster's API server, or raise the Refusal of the first rule
-    it fails. `target` is the origin-form target as sent; `length`/`chunked` describe a body."""
+    it fails. `target` is the origin-form target as sent; `length`/`chunked` describe a body; `until` is the
+    bound of a wait for a newer registry already begun (`AwaitRegistry`, `caught_up`)."""
     client.peer, client.capabilities, client.close = "-", "-", False  # client.begin(), inline on the hot path
     if method not in METHODS:
         raise _method_refused(method)
@@ -181,8 +183,7 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
     try:
         peer = entrance_peer(state, fingerprint)
     except Refusal as refusal:
-        return _certificate_coming(state, refusal, fingerprint, lambda: admit_entrance(
-            state, client, fingerprint, method, target, fields, length, chunked), b"watch" in target and is_watch(target))
+        return _certificate_coming(state, refusal, fingerprint, until)
     client.peer = peer.name
     now = time.time()
     certificate_until = certificate_in_force(peer, fingerprint, now)
@@ -203,12 +204,9 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
                                      max_bytes=limits.max_token_bytes)
         except Refusal as refusal:
             # A registry behind the status the peer's consumer acted on: wait for the next one (catchup.py).
-            if limits.registry_catch_up <= 0 or not catchup.entrance_may_lift(registry, peer, refusal, token):
+            if not _may_wait(state, until) or not catchup.entrance_may_lift(registry, peer, refusal, token):
                 raise
-            return catchup.NeedsRegistry(
-                refusal, registry.generation, lambda: admit_entrance(state, client, fingerprint, method, target,
-                                                                     fields, length, chunked),
-                b"watch" in target and is_watch(target), state.loop.time() + limits.registry_catch_up)
+            return _await_registry(state, refusal, until)
     elif verified.expires <= now:
         tokens.forget(token_hash)
         raise expired()
@@ -235,17 +233,38 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
 
 
 def _certificate_coming(state: GatewayState, refusal: Refusal, fingerprint: str | None,
-                        again: Callable[[], object], watch: bool) -> "catchup.NeedsRegistry":
+                        until: float | None) -> "catchup.AwaitRegistry":
     """A certificate of our CA that no live peering holds yet, while a ClusterPeer's exchange is under way: the
     peer may already use what it was issued before the registry has that peering (catchup.py); else `refusal`."""
-    registry, limits = state.registry, state.limits
-    if not registry.certificate_may_come(fingerprint, limits.registry_catch_up):
+    if not _may_wait(state, until) or not state.registry.certificate_may_come(fingerprint,
+                                                                             state.limits.registry_catch_up):
         raise refusal
-    return catchup.NeedsRegistry(refusal, registry.generation, again, watch, state.loop.time() + limits.registry_catch_up)
+    return _await_registry(state, refusal, until)
+
+
+def _may_wait(state: GatewayState, until: float | None) -> bool:
+    """Whether a refusal a newer registry may lift waits for one: catch-up on, and the wait's bound not passed."""
+    return state.limits.registry_catch_up > 0 and (until is None or state.loop.time() < until)
+
+
+def _await_registry(state: GatewayState, refusal: Refusal, until: float | None) -> "catchup.AwaitRegistry":
+    return catchup.AwaitRegistry(refusal, state.registry.generation,
+                                 state.loop.time() + state.limits.registry_catch_up if until is None else until)
+
+
+async def caught_up(state: GatewayState, decision: object, admit: Callable[..., object], *args: object) -> object:
+    """What `admit(*args)` (an admission function of this module, whose answer was `decision`) answers once
+    no `AwaitRegistry` is left: after each newer registry, or once the wait's bound has passed, the caller admits
+    the request again, passing the bound on. A decision that waits for nothing is returned as it is."""
+    while isinstance(decision, catchup.AwaitRegistry):
+        await catchup.newer_registry(state, decision.generation, decision.until)
+        decision = admit(*args, until=decision.until)
+    return decision
 
 
 def admit_peer_call(state: GatewayState, client: ClientState, fingerprint: str | None, method: str, target: str,
-                    now: float | None = None) -> "tuple[Peer, str] | catchup.NeedsRegistry":
+                    now: float | None = None, *, until: float | None = None
+                    ) -> "tuple[Peer, str] | catchup.AwaitRegistry":
     """A call of the peer protocol (`target` under /peering/v1/): the calling peer and the operation, or the wait
     for a registry that knows the calling certificate (a joiner delivers its half at once after the join). `now`
     (Unix seconds) is the time the certificate's dates are judged at: the clock's, unless given."""
@@ -253,8 +272,7 @@ def admit_peer_call(state: GatewayState, client: ClientState, fingerprint: str |
     try:
         peer = entrance_peer(state, fingerprint)
     except Refusal as refusal:
-        return _certificate_coming(state, refusal, fingerprint,
-                                   lambda: admit_peer_call(state, client, fingerprint, method, target, now), False)
+        return _certificate_coming(state, refusal, fingerprint, until)
     client.peer = peer.name
     op = target[len(PEER_PREFIX):].split("?", 1)[0]
     expected = PEER_OPS.get(op)
@@ -291,9 +309,10 @@ def egress_peer(state: GatewayState, target: bytes) -> tuple[Peer, bytes]:
 
 
 def admit_egress(state: GatewayState, client: ClientState, method: bytes, target: bytes, fields: Fields,
-                 length: int | None = None, chunked: bool = False) -> NeedsReview:
+                 length: int | None = None, chunked: bool = False, *, until: float | None = None
+                 ) -> "NeedsReview | catchup.AwaitRegistry":
     """Admit a local consumer's request to a peer's API (through its entrance) up to the TokenReview, or raise
-    the Refusal of the first rule it fails."""
+    the Refusal of the first rule it fails; `until` as for `admit_entrance`."""
     client.begin()
     if method not in METHODS:
         raise _method_refused(method)
@@ -301,27 +320,27 @@ def admit_egress(state: GatewayState, client: ClientState, method: bytes, target
         peer, path = egress_peer(state, target)
     except Refusal as refusal:
         # The ClusterPeer's Secret and status may be a moment ahead of this registry (catchup.py).
-        limits = state.limits
-        if limits.registry_catch_up <= 0 or not catchup.egress_peer_may_come(state.registry, refusal, target, fields,
-                                                                               limits.max_token_bytes):
+        if not _may_wait(state, until) or not catchup.egress_peer_may_come(state.registry, refusal, target, fields,
+                                                                             state.limits.max_token_bytes):
             raise
-        return catchup.NeedsRegistry(  # type: ignore[return-value]
-            refusal, state.registry.generation, lambda: admit_egress(state, client, method, target, fields, length,
-                                                                     chunked),
-            is_watch(target), state.loop.time() + limits.registry_catch_up)
+        return _await_registry(state, refusal, until)
     client.peer = peer.name
     forward, auth, client.close = screen_request(fields)
     limits = state.limits
     _check_body(length, limits.max_body_bytes)
     token = bearer(auth.decode("latin-1") if auth is not None else None, limits.max_token_bytes)
-    if not peer.effective and not (limits.registry_catch_up > 0 and catchup.egress_behind(state.registry, peer,
-                                                                                            token)):
+    # The consumer asks for a capability this registry does not serve yet: wait for one that does (catchup.py);
+    # past the wait's bound, the answer is this registry's (NoEffectiveCapability, or the review's).
+    behind = _may_wait(state, until) and catchup.egress_behind(state.registry, peer, token)
+    if not peer.effective and not behind:
         raise _no_effective(peer)
     claims = unverified_claims(token) or {}
     exp = claims_expiry(claims)
     if exp is not None:  # the entrance's rule: a TokenReview would still pass it for kube-apiserver's leeway
         check_expiry(exp, time.time())
     _check_audience(claims, peer)
+    if behind:
+        return _await_registry(state, _no_effective(peer), until)
     ttl = limits.token_review_ttl
     # A review is reused for its TTL, never past the token's own expiry.
     not_after = time.monotonic() + min(ttl, (exp - time.time()) if exp else ttl)
@@ -367,21 +386,14 @@ def _method_refused(method: bytes) -> Refusal:
 # ----- both -------------------------------------------------------------------------------------------------------
 async def complete(state: GatewayState, client: ClientState, decision: Decision) -> Admitted:
     """The Admitted of a decision, after the exchange or review it waits for (through the state's caches, which
-    share one call among concurrent requests of one token); the Refusal of that step otherwise."""
-    if isinstance(decision, catchup.NeedsRegistry):
-        decision = await decision.settle(state)  # type: ignore[assignment]
+    share one call among concurrent requests of one token); the Refusal of that step otherwise. A wait for a
+    registry is settled before (`caught_up`)."""
     if isinstance(decision, Admitted):
         return decision
     if isinstance(decision, NeedsExchange):
         exchanged = await state.exchange.get(decision.connector, decision.token_hash, decision.token,
                                              not_after=decision.not_after)
         return decision.admit(exchanged)
-    if state.limits.registry_catch_up > 0 and catchup.egress_behind(state.registry, decision.peer, decision.token):
-        # The consumer asks for a capability this registry does not serve yet: wait for one that does.
-        peer = await catchup.egress_caught_up(state, decision.peer, decision.token)
-        decision.peer, decision.key = peer, f"{peer.name}/{state.registry.generation}"
-    if not decision.peer.effective:
-        raise _no_effective(decision.peer)
     # The review answers the granted capabilities, joined by commas (tokenreview.TokenReviewer).
     client.capabilities = await state.reviews.get(decision.key, decision.token_hash, decision.token,
                                                   not_after=decision.not_after) or "-"

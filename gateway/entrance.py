@@ -22,8 +22,9 @@ from contract import reasons
 from contract.errors import Refusal
 from contract.paths import PEER_PREFIX
 from gateway.accounting import ANSWERED, CLIENT_CLOSED, CLIENT_CLOSED_CODE, INTERRUPTED, REFUSED, WITHDRAWN
-from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entrance, closes_connection, complete,
-                               known_peer, not_held)
+from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entrance, caught_up, closes_connection,
+                               complete, known_peer, not_held)
+from gateway.catchup import AwaitRegistry
 from gateway.authority import request_namespace
 from gateway.framing import HANDOVER, NEED_DATA, UNTIL_CLOSE, Request, RequestHeadReader, ResponseHead
 from gateway.relay import Relay
@@ -217,8 +218,11 @@ class EntranceProtocol(asyncio.Protocol):
             self._refuse(refusal)
             return
         self.close_after = client.close
-        self.watch = decision.watch
         head_only = request.method == b"HEAD"
+        if isinstance(decision, AwaitRegistry):
+            self.task = state.loop.create_task(self._slow(decision, head_only, request))
+            return
+        self.watch = decision.watch
         if isinstance(decision, Admitted):
             self.head = decision.head
             relay = state.relay_pool.take()
@@ -227,12 +231,19 @@ class EntranceProtocol(asyncio.Protocol):
                 return
         self.task = state.loop.create_task(self._slow(decision, head_only))
 
-    async def _slow(self, decision: Admitted | NeedsExchange | None, head_only: bool) -> None:
-        """The parts of a request that wait: a token exchange at Dex, a new upstream connection."""
+    async def _slow(self, decision: Admitted | NeedsExchange | AwaitRegistry | None, head_only: bool,
+                    request: Request | None = None) -> None:
+        """The parts of a request that wait: a newer registry (`request` is admitted again on it), a token
+        exchange at Dex, a new upstream connection."""
         state = self.state
         try:
+            if isinstance(decision, AwaitRegistry):
+                decision = await caught_up(state, decision, admit_entrance, state, self.client, self.peering_fp,
+                                           request.method, request.target, request.fields)  # type: ignore[union-attr]
+                self.close_after = self.client.close
+                self.watch = decision.watch  # type: ignore[union-attr]
             if decision is not None:
-                self.head = (await complete(state, self.client, decision)).head
+                self.head = (await complete(state, self.client, decision)).head  # type: ignore[arg-type]
             relay = state.relay_pool.take() or await state.relay_pool.connect()
         except Refusal as refusal:
             self.task = None

@@ -15,10 +15,9 @@ from contract import reasons
 from contract.errors import Refusal
 from contract.paths import JOIN_PATH, PEER_PREFIX
 from gateway.accounting import ANSWERED, CLIENT_CLOSED, Outcome
-from gateway.admission import (ClientState, admit_egress, admit_entrance, admit_peer_call, closes_connection,
-                               complete, not_held)
+from gateway.admission import (ClientState, admit_egress, admit_entrance, admit_peer_call, caught_up,
+                               closes_connection, complete, not_held)
 from gateway.authority import Authority, request_namespace
-from gateway.catchup import NeedsRegistry
 from gateway.http import JSON, HTTPProtocol, status_response
 from gateway.joinlimit import JoinRateLimit, client_address, token_id, trusted_networks
 from gateway.protocol import ControlHandlers, JoinCall, PeerCall
@@ -54,18 +53,16 @@ class Entrance:
         if request.raw_path.startswith(PEER_PREFIX):
             return await self._peer_call(request, client, fp)
         length, chunked = _body_framing(request)
-        decision = admit_entrance(state, client, fp, request.method.encode(), _target(request), request.raw_headers,
-                                  length, chunked)
+        args = (state, client, fp, request.method.encode(), _target(request), request.raw_headers, length, chunked)
+        decision = await caught_up(state, admit_entrance(*args), admit_entrance, *args)
         admitted = await complete(state, client, decision)
         return await _held(state, request, client.authority, outcome,
                            forward(state, request, "entrance", client.peer, state.api_pool, admitted, outcome),
                            request_namespace(_target(request)) if admitted.watch else None)
 
     async def _peer_call(self, request: web.BaseRequest, client: ClientState, fp: str | None) -> web.StreamResponse:
-        decision = admit_peer_call(self.state, client, fp, request.method, request.raw_path)
-        if isinstance(decision, NeedsRegistry):
-            decision = await decision.settle(self.state)
-        peer, op = decision  # type: ignore[misc]
+        args = (self.state, client, fp, request.method, request.raw_path)
+        peer, op = await caught_up(self.state, admit_peer_call(*args), admit_peer_call, *args)  # type: ignore[misc]
         body = None
         if request.method == "POST":
             body = await read_json(request, self.state.limits.max_peer_call_bytes)
@@ -86,8 +83,8 @@ class Egress:
     async def _serve(self, request: web.BaseRequest, client: ClientState, outcome: Outcome) -> web.StreamResponse:
         state = self.state
         length, chunked = _body_framing(request)
-        decision = admit_egress(state, client, request.method.encode(), _target(request), request.raw_headers,
-                                length, chunked)
+        args = (state, client, request.method.encode(), _target(request), request.raw_headers, length, chunked)
+        decision = await caught_up(state, admit_egress(*args), admit_egress, *args)
         admitted = await complete(state, client, decision)
         pool = state.peer_pool(decision.peer)
         authority = Authority(decision.peer.name, frozenset(client.capabilities.split(",")), decision.account,
