@@ -87,13 +87,13 @@ class DataPlane:
         self._http = [entrance_http, egress_http, join_http, ops_http]
         count = self.metrics.handshake_failures
         entrance = TLSAcceptor(name="entrance", context=lambda: self._certs and self._certs.entrance,
-                               make_protocol=lambda: EntranceProtocol(state, entrance_http),
+                               make_protocol=lambda fp: EntranceProtocol(state, entrance_http, fp),
                                admit=state.connections.admit,
                                count_failure=lambda reason: count.labels("entrance", reason).inc(),
                                handshake_timeout=limits.handshake_timeout, max_connections=limits.max_connections,
-                               on_connect=state.connections.track)
+                               on_connect=state.connections.track, on_lost=state.connections.untrack)
         egress = TLSAcceptor(name="egress", context=lambda: self._certs and self._certs.egress,
-                             make_protocol=egress_http, admit=lambda transport: True,
+                             make_protocol=lambda admitted: egress_http(), admit=lambda transport: True,
                              count_failure=lambda reason: count.labels("egress", reason).inc(),
                              handshake_timeout=limits.handshake_timeout, max_connections=limits.max_connections)
         self._acceptors = [entrance, egress]

@@ -30,7 +30,6 @@ from gateway.framing import HANDOVER, NEED_DATA, UNTIL_CLOSE, Request, RequestHe
 from gateway.relay import Relay
 from gateway.state import GatewayState
 from gateway.status import status_answer, upstream_refusal
-from gateway.tls import connection_ended
 from gateway.upstream import UpstreamError
 
 _PEER_PREFIX = PEER_PREFIX.encode()
@@ -39,16 +38,17 @@ _PEER_PREFIX = PEER_PREFIX.encode()
 class EntranceProtocol(asyncio.Protocol):
     """One mTLS client connection of the entrance, served on raw bytes until a request needs the aiohttp path."""
 
-    __slots__ = ("state", "fallback", "transport", "peering_fp", "peering_on_lost", "reader", "client", "busy",
+    __slots__ = ("state", "fallback", "transport", "peering_fp", "reader", "client", "busy",
                  "relay", "task", "close_after", "last", "timer", "paused", "reading_paused", "code", "method",
                  "path", "start", "watch", "handed", "head", "retried", "head_timer", "outcome")
 
-    def __init__(self, state: GatewayState, fallback: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(self, state: GatewayState, fallback: Callable[[str | None], asyncio.Protocol],
+                 peering_fp: str | None) -> None:
         self.state = state
         self.fallback = fallback
         self.transport: Any = None
-        self.peering_fp: str | None = None
-        self.peering_on_lost: Callable | None = None
+        #: The client certificate's fingerprint (the connection's, from its handshake).
+        self.peering_fp = peering_fp
         # Made with the first bytes and the first request: a connection that only holds costs neither.
         self.reader: RequestHeadReader | None = None
         self.client: ClientState | None = None
@@ -138,7 +138,6 @@ class EntranceProtocol(asyncio.Protocol):
                 self.state.metrics.watches.labels("entrance", self.client.peer).dec()
             # The client went away (it ended its watch), unless the gateway cut it for a withdrawal.
             self._finish(self.code or CLIENT_CLOSED_CODE, self.outcome or CLIENT_CLOSED)
-        connection_ended(self)
 
     # ----- requests ---------------------------------------------------------------------------------------
     def _next(self) -> None:
@@ -179,21 +178,17 @@ class EntranceProtocol(asyncio.Protocol):
 
     def _handover(self) -> None:
         """Give this connection, from the request at the start of the buffer on, to the aiohttp path."""
-        connections = self.state.connections
         self.handed = True
         self._head_done()  # the aiohttp path keeps its own deadline from here
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        proto: Any = self.fallback()
-        self.peering_on_lost = None
-        connections.untrack(self)
+        proto: Any = self.fallback(self.peering_fp)
         transport, self.transport = self.transport, None
         if self.reading_paused:
             transport.resume_reading()
         transport.set_protocol(proto)
         proto.connection_made(transport)
-        connections.track(proto, self.peering_fp)
         buf = self.reader.take()
         if buf:
             proto.data_received(buf)

@@ -11,7 +11,6 @@ from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineToo
 
 from contract import reasons
 from gateway.status import status_answer, status_body
-from gateway.tls import connection_ended
 
 log = logging.getLogger("gateway")
 
@@ -49,15 +48,18 @@ class HTTPProtocol(web_protocol.RequestHandler):
     """One HTTP/1.1 connection. `peering_fp` is the client certificate fingerprint on the entrance.
 
     A request head must be complete within `head_timeout` seconds of its first bytes (of the connection, or after
-    the previous request's handler): a client trickling one is answered 408 and closed."""
+    the previous request's handler): a client trickling one is answered 408 and closed. `on_refused` is told of
+    each request refused before a handler could see it (a parse error, a head too slow): code, reason."""
 
-    peering_fp: str | None = None
-    peering_on_lost: Callable[["HTTPProtocol"], None] | None = None
-    head_timeout: float = 10.0
-    #: Told of each request refused before a handler could see it (a parse error, a head too slow): code, reason.
-    on_refused: Callable[["HTTPProtocol", int, str], None] | None = None
     _head_timer: asyncio.TimerHandle | None = None
     _in_handler: bool = False
+
+    def __init__(self, manager: web_server.Server, *, head_timeout: float, peering_fp: str | None,
+                 on_refused: Callable[["HTTPProtocol", int, str], None] | None, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self.head_timeout = head_timeout
+        self.peering_fp = peering_fp
+        self.on_refused = on_refused
 
     def data_received(self, data: bytes) -> None:
         if self._head_timer is None and not self._in_handler and data:
@@ -102,7 +104,6 @@ class HTTPProtocol(web_protocol.RequestHandler):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        connection_ended(self)
         super().connection_lost(exc)
 
 
@@ -125,9 +126,8 @@ class HTTPServer(web_server.Server):
         self.head_timeout = head_timeout
         self.on_refused = on_refused
 
-    def __call__(self) -> HTTPProtocol:
-        proto = HTTPProtocol(self, loop=self._loop, **self._kwargs)
-        proto.head_timeout = self.head_timeout
-        proto.on_refused = self.on_refused
-        return proto
+    def __call__(self, peering_fp: str | None = None) -> HTTPProtocol:
+        """A connection's protocol; on the entrance, `peering_fp` is its client certificate's fingerprint."""
+        return HTTPProtocol(self, loop=self._loop, head_timeout=self.head_timeout, peering_fp=peering_fp,
+                            on_refused=self.on_refused, **self._kwargs)
 

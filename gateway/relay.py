@@ -125,11 +125,7 @@ class Relay(PooledIdle, asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_idle()
-        self.pool.all.discard(self)
-        try:
-            self.pool.idle.remove(self)
-        except ValueError:
-            pass
+        self.pool.forget(self)
         self.transport = None
         if self.owner is not None:
             try:

@@ -260,15 +260,15 @@ async def test_held_connections_keep_no_decoded_peer_certificate(scripted_gatewa
         writer.write(get("/api/v1/pods", make_token(issuer_key)))
         assert (await read_answer(reader))[0] == 200
         (fp,) = gw.registry.by_fingerprint
-        (conn,) = gw.state.connections.of(fp)
+        (conn,) = gw.state.connections.of(fp)  # the connection's TLS stream
         # The peer is still known by its certificate's fingerprint; only the decoded copy is gone.
         assert gw.registry.by_fingerprint[fp].name == "peer"
-        assert conn.transport.get_extra_info("peercert") == {}
+        assert conn.get_extra_info("peercert") == {}
         (relay,) = gw.state.relay_pool.all
         assert relay.transport.get_extra_info("peercert") == {}
         # Small records (a response head, then its body) do not wait for delayed ACKs on either connection: the
         # event loop sets TCP_NODELAY on every TCP transport, the gateway relies on it.
-        for transport in (conn.transport, relay.transport):
+        for transport in (conn, relay.transport):
             assert transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         await close(writer)

@@ -1,5 +1,6 @@
-"""The shape of gateway/ (issue 13): no import circles (lazy and type-only imports count), no file over 450 lines,
-no module that nothing uses, and the raw path's protocols reaching into no other object's private members."""
+"""The shape of gateway/: no import circles (lazy and type-only imports count), no file over 450 lines, no module
+that nothing uses, no module reaching into another object's private members, and no connection layer setting
+attributes on another's objects."""
 
 from __future__ import annotations
 
@@ -83,16 +84,45 @@ def test_every_gateway_module_is_used_by_product_code():
     assert unused == [], f"modules nothing imports: {unused}"
 
 
-@pytest.mark.parametrize("name", ["gateway.entrance", "gateway.relay", "gateway.listeners", "gateway.proxy",
-                                  "gateway.admission", "gateway.connections", "gateway.state", "gateway.dataplane",
-                                  "gateway.server", "gateway.worker"])
-def test_the_request_paths_and_the_composition_touch_no_private_member_of_another_object(name):
+#: The methods of a namedtuple, public though their names begin with an underscore.
+NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_make", "_fields"})
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_touches_a_private_member_of_another_object(name):
+    """Every module, the TLS acceptor and its streams included: they talk through public calls only."""
     offending = []
     for node in ast.walk(ast.parse(MODULES[name].read_text())):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                and node.attr not in NAMEDTUPLE_API:
             owner = node.value
-            if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+            own = isinstance(owner, ast.Name) and owner.id in ("self", "cls")
+            base = isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super"
+            if not (own or base):
                 offending.append(f"line {node.lineno}: {ast.unparse(node)}")
+    assert offending == []
+
+
+#: What configuring an ssl.SSLContext or a ctypes function prototype means: the objects tls.py makes itself.
+CONFIGURATION = frozenset({"minimum_version", "maximum_version", "options", "num_tickets", "sslobject_class",
+                           "verify_mode", "verify_flags", "restype", "argtypes"})
+
+
+@pytest.mark.parametrize("name", ["gateway.tls", "gateway.tlsstream", "gateway.tcp", "gateway.connections",
+                                  "gateway.entrance", "gateway.relay", "gateway.http", "gateway.dataplane"])
+def test_the_connection_layers_set_no_attribute_on_another_object(name):
+    """A connection's layers (TLS acceptor, stream, protocol, the tracking of connections by peer) keep what they
+    know of each other themselves and pass the rest in calls: none sets an attribute on an object it was given."""
+    offending = []
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            for element in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(element, ast.Attribute) and element.attr not in CONFIGURATION:
+                    owner = element.value
+                    if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                        offending.append(f"line {element.lineno}: {ast.unparse(element)}")
     assert offending == []
 
 
