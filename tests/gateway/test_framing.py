@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.framing import (CHUNKED, HANDOVER, LENGTH, NEED_DATA, NO_BODY, UNTIL_CLOSE, Data, EndOfMessage,
-                             FramingError, Request, RequestHeadReader, ResponseFramer, ResponseHead,
-                             parse_request_head, parse_response_head, relay_head)
+from gateway.framing import (CHUNKED, HANDOVER, LENGTH, NEED_DATA, NO_BODY, UNTIL_CLOSE, AmbiguousLength,
+                             BodyTooLarge, Data, EndOfMessage, FramingError, Request, RequestBodyReader,
+                             RequestHeadReader, ResponseFramer, ResponseHead, parse_request_head,
+                             parse_response_head, relay_head, request_framing)
 
 
 def reader(**kw) -> RequestHeadReader:
@@ -243,3 +244,82 @@ def test_nothing_of_one_connections_head_carries_over_to_the_next():
         framer.start(False)
         assert events_of(framer, b"HTTP/1.1 204 No Content\r\n\r\n") == [(204, NO_BODY, None, True),
                                                                          EndOfMessage(True)], head
+
+
+# ----- request bodies ---------------------------------------------------------------------------------------------
+def body_of(reader: RequestBodyReader, *chunks: bytes) -> tuple[list, bytes]:
+    """Feed `chunks` one by one: the events in order, and what followed the body."""
+    events, rest = [], b""
+    for chunk in chunks:
+        got, rest = reader.feed(chunk)
+        events += got
+    return events, rest
+
+
+REQUEST_CHUNKS = b"5\r\nhello\r\n1a;ext=1\r\n" + b"z" * 26 + b"\r\n0\r\n\r\n"
+
+
+def test_a_content_length_body_ends_at_its_length_and_gives_back_the_next_request():
+    body = RequestBodyReader(decode=False, limit=100)
+    body.start(10, False)
+    events, rest = body_of(body, b"01234", b"56789GET / HTTP/1.1\r\n")
+    assert events == [Data(b"01234"), Data(b"56789"), EndOfMessage(True)] and rest == b"GET / HTTP/1.1\r\n"
+    assert body.done
+    body.start(0, False)  # reused for the next request: an empty body is complete at once
+    assert body.done and body.feed(b"next") == ([], b"next")
+
+
+@pytest.mark.parametrize("decode", [False, True])
+def test_a_chunked_body_is_read_through_any_split_with_the_response_framers_chunk_reader(decode):
+    whole = REQUEST_CHUNKS + b"PUT /next HTTP/1.1\r\n"
+    for split in range(1, len(REQUEST_CHUNKS) + 1):
+        body = RequestBodyReader(decode=decode, limit=31)
+        body.start(None, True)
+        events, rest = body_of(body, whole[:split], whole[split:])
+        assert events[-1] == EndOfMessage(True) and rest == b"PUT /next HTTP/1.1\r\n", split
+        payload = b"".join(e.data for e in events[:-1])
+        assert payload == (b"hello" + b"z" * 26 if decode else REQUEST_CHUNKS), split
+
+
+def test_a_body_over_the_limit_is_refused_before_its_bytes_are_read():
+    with pytest.raises(BodyTooLarge, match="larger than 10 bytes"):
+        RequestBodyReader(decode=False, limit=10).start(11, False)
+    chunked = RequestBodyReader(decode=True, limit=10)
+    chunked.start(None, True)
+    chunked.feed(b"5\r\nhello\r\n")
+    with pytest.raises(BodyTooLarge):
+        chunked.feed(b"6\r\n")  # the chunk's size says it: its bytes are never waited for
+
+
+@pytest.mark.parametrize("body", [b"zz\r\nab\r\n", b"2\r\nabX\r\n", b"1" * 20 + b"\r\n", b"2;" + b"e" * 5000,
+                                  b"2\nab\r\n", b"0\r\nX-Smuggled: 1\r\n\r\n"])
+def test_request_bodies_that_cannot_be_read_safely_are_refused(body):
+    for decode in (False, True):
+        reader = RequestBodyReader(decode=decode, limit=1 << 20)
+        reader.start(None, True)
+        with pytest.raises(FramingError):
+            reader.feed(body)
+
+
+@pytest.mark.parametrize("fields, framing", [
+    ([(b"Host", b"x")], (None, False)),
+    ([(b"Content-Length", b"12")], (12, False)),
+    ([(b"content-length", b"12"), (b"Content-Length", b"12")], (12, False)),
+    ([(b"Transfer-Encoding", b"Chunked")], (None, True)),
+])
+def test_request_framing_reads_one_length_or_chunked(fields, framing):
+    assert request_framing(fields) == framing
+
+
+@pytest.mark.parametrize("fields, error", [
+    ([(b"Content-Length", b"12"), (b"Content-Length", b"13")], "bad Content-Length"),
+    ([(b"Content-Length", b"-1")], "bad Content-Length"),
+    ([(b"Content-Length", b"1" * 16)], "bad Content-Length"),
+    ([(b"Transfer-Encoding", b"gzip, chunked")], "transfer coding"),
+    ([(b"Transfer-Encoding", b"chunked"), (b"Transfer-Encoding", b"chunked")], "transfer coding"),
+    ([(b"Transfer-Encoding", b"chunked"), (b"Content-Length", b"3")], "Content-Length with Transfer-Encoding"),
+])
+def test_request_framing_refuses_what_cannot_be_read_safely(fields, error):
+    with pytest.raises(FramingError, match=error) as refused:
+        request_framing(fields)
+    assert isinstance(refused.value, AmbiguousLength) == ("with" in error)
