@@ -1,15 +1,12 @@
-"""The entrance's hot path: a raw-bytes HTTP/1.1 protocol for plain requests of a peer's consumers.
+"""The entrance's raw-bytes HTTP/1.1 protocol: what a peer's consumers send is served here.
 
-aiohttp's server builds a request object, a header multidict, a URL, a response object and a writer per request,
-and its client side the same again; for a proxy whose answers are the upstream's own bytes that is most of the
-CPU a request costs. This protocol only moves bytes: the request heads are read by `framing.RequestHeadReader`,
-each request is admitted by `admission.admit_entrance` (the same chain the aiohttp path calls), its upstream head
-goes to a pooled connection of `relay.RelayPool`, and the answer comes back as bytes through `relay.Relay`.
-
-Only the plainest requests take this path: HTTP/1.1, a method without a body (GET, HEAD, DELETE, OPTIONS), no
-Content-Length, Transfer-Encoding or Expect, a head within the size limits and made of well-formed fields. For
-anything else (bodies, peer calls under /peering/v1/, malformed or oversized heads, HTTP/1.0) the connection is
-handed, from that request on, to the aiohttp server path, which answers it exactly as before.
+aiohttp's server builds a request object, a header multidict, a URL, a response object and a writer per request;
+for a proxy whose answers are the upstream's own bytes that is most of the CPU a request costs. This protocol only
+moves bytes: request heads are read by `framing.RequestHeadReader`, admitted by `admission.admit_entrance`, the
+upstream head goes to a pooled connection of `relay.RelayPool` with the body after it (`upload.Upload`, relayed as
+the client framed it), and the answer comes back as bytes through `relay.Relay`. What it does not read safely (a
+malformed or oversized head, HTTP/1.0, an Expect, an unreadable body framing) and peer calls under /peering/v1/
+are handed, from that request on, to the aiohttp server path, which answers them as before.
 """
 
 from __future__ import annotations
@@ -26,10 +23,12 @@ from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entra
                                complete, known_peer, not_held)
 from gateway.catchup import AwaitRegistry
 from gateway.authority import request_namespace
-from gateway.framing import HANDOVER, NEED_DATA, UNTIL_CLOSE, Request, RequestHeadReader, ResponseHead
+from gateway.framing import (HANDOVER, NEED_DATA, UNTIL_CLOSE, BodyTooLarge, FramingError, Request,
+                             RequestHeadReader, ResponseHead)
 from gateway.relay import Relay
 from gateway.state import GatewayState
 from gateway.status import status_answer, upstream_refusal
+from gateway.upload import QUEUE_HIGH, Upload, body_refusal
 from gateway.upstream import UpstreamError
 
 _PEER_PREFIX = PEER_PREFIX.encode()
@@ -40,7 +39,8 @@ class EntranceProtocol(asyncio.Protocol):
 
     __slots__ = ("state", "fallback", "transport", "peering_fp", "reader", "client", "busy",
                  "relay", "task", "close_after", "last", "timer", "paused", "reading_paused", "code", "method",
-                 "path", "start", "watch", "handed", "head", "retried", "head_timer", "outcome")
+                 "path", "start", "watch", "handed", "head", "retried", "head_timer", "outcome", "upload",
+                 "body_held")
 
     def __init__(self, state: GatewayState, fallback: Callable[[str | None], asyncio.Protocol],
                  peering_fp: str | None) -> None:
@@ -72,6 +72,10 @@ class EntranceProtocol(asyncio.Protocol):
         self.head = b""
         self.retried = False
         self.head_timer: asyncio.TimerHandle | None = None
+        #: The body of the request in progress (made with the first request that has one).
+        self.upload: Upload | None = None
+        #: The client is not read while a body waits for an upstream that does not take it yet.
+        self.body_held = False
 
     # ----- connection -------------------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -97,15 +101,25 @@ class EntranceProtocol(asyncio.Protocol):
             limits = self.state.limits
             reader = self.reader = RequestHeadReader(max_head_bytes=limits.max_header_bytes,
                                                      max_headers=limits.max_headers, handover_prefix=_PEER_PREFIX)
-        reader.feed(data)
+        upload = self.upload
+        if upload is not None and upload.open:
+            if not self._feed_body(data) or upload.open:
+                return
+        else:
+            reader.feed(data)
         if not self.busy:
             self._next()
         elif len(reader.buffer) > self.state.limits.max_header_bytes and not self.reading_paused:
             self.reading_paused = True  # a client sending ahead of its answers waits for them
-            self.transport.pause_reading()
+            self._reading()
 
-    def eof_received(self) -> bool:
-        return False
+    def _reading(self) -> None:
+        """Read the client unless it sends ahead of its answers, or its body waits for the upstream."""
+        if self.transport is not None:
+            if self.reading_paused or self.body_held:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -157,7 +171,7 @@ class EntranceProtocol(asyncio.Protocol):
                 self.head_timer = self.state.loop.call_later(self.state.limits.request_head_timeout, self._head_late)
             if self.reading_paused:
                 self.reading_paused = False
-                self.transport.resume_reading()
+                self._reading()
 
     def _head_done(self) -> None:
         if self.head_timer is not None:
@@ -207,12 +221,16 @@ class EntranceProtocol(asyncio.Protocol):
         if client is None:
             client = self.client = ClientState()
         try:
-            decision = admit_entrance(state, client, self.peering_fp, request.method, request.target, request.fields)
+            decision = admit_entrance(state, client, self.peering_fp, request.method, request.target, request.fields,
+                                      request.length, request.chunked)
         except Refusal as refusal:
             self.close_after = client.close
-            self._refuse(refusal)
+            if not request.has_body or self._open_body(request, keep=False):
+                self._refuse(refusal)
             return
         self.close_after = client.close
+        if request.has_body and not self._open_body(request, keep=True):
+            return
         head_only = request.method == b"HEAD"
         if isinstance(decision, AwaitRegistry):
             self.task = state.loop.create_task(self._slow(decision, head_only, request))
@@ -234,12 +252,17 @@ class EntranceProtocol(asyncio.Protocol):
         try:
             if isinstance(decision, AwaitRegistry):
                 decision = await caught_up(state, decision, admit_entrance, state, self.client, self.peering_fp,
-                                           request.method, request.target, request.fields)  # type: ignore[union-attr]
+                                           request.method, request.target, request.fields,  # type: ignore[union-attr]
+                                           request.length, request.chunked)  # type: ignore[union-attr]
                 self.close_after = self.client.close
                 self.watch = decision.watch  # type: ignore[union-attr]
             if decision is not None:
                 self.head = (await complete(state, self.client, decision)).head  # type: ignore[arg-type]
-            relay = state.relay_pool.take() or await state.relay_pool.connect()
+            relay = state.relay_pool.take()
+            if relay is None:
+                relay = await state.relay_pool.connect()
+                # A body sent on a fresh connection that fails is not sent again: that upstream really failed.
+                self.retried = self.retried or (self.upload is not None and self.upload.active)
         except Refusal as refusal:
             self.task = None
             self._refuse(refusal)
@@ -262,13 +285,81 @@ class EntranceProtocol(asyncio.Protocol):
             self._refuse(not_held(self.client.authority))
             return
         self.relay = relay
-        relay.start(self, self.head, head_only)
+        upload = self.upload
+        body = upload is not None and upload.active
+        relay.start(self, self.head, head_only, body)
+        if body:
+            upload.attach(relay)  # type: ignore[union-attr]
+            if self.body_held:
+                self.body_held = False
+                self._reading()
         if self.paused:
             relay.pause_reading()
+
+    # ----- the request's body -----------------------------------------------------------------------------
+    def _open_body(self, request: Request, keep: bool) -> bool:
+        """The request's body follows its head: read it, into the upstream (`keep`) or dropped (the request was
+        refused). False when it failed at once (and was answered)."""
+        upload = self.upload = self.upload or Upload(self.state.limits.max_body_bytes)
+        try:
+            upload.begin(request.length, request.chunked, keep)
+        except BodyTooLarge:
+            # Refused by admission (its Content-Length): a body over the limit is not read, the connection ends.
+            self.close_after = True
+            return True
+        if not upload.open:
+            return True
+        buffered = self.reader.take()  # type: ignore[union-attr]
+        return not buffered or self._feed_body(buffered)
+
+    def _feed_body(self, data: bytes) -> bool:
+        """Bytes of the open body; False when they broke it (then answered, or the connection ends)."""
+        upload = self.upload
+        try:
+            rest = upload.feed(data)  # type: ignore[union-attr]
+        except FramingError as exc:
+            self._body_failed(body_refusal(exc, self.state.limits.max_body_bytes))
+            return False
+        if rest:
+            self.reader.feed(rest)  # type: ignore[union-attr]
+        if upload.queued > QUEUE_HIGH and not self.body_held:  # type: ignore[union-attr]
+            self.body_held = True  # a body that waits for admission or a connection is not read ahead of it
+            self._reading()
+        return True
+
+    def _body_failed(self, refusal: Refusal) -> None:
+        """The body cannot be relayed (too large, malformed): refused if nothing was answered yet; the connection
+        ends either way, as the rest of the stream cannot be read."""
+        self.upload.abandon()  # type: ignore[union-attr]
+        self.close_after = True
+        if self.transport is None:
+            return
+        if not self.busy:  # a refused request's body, read to be dropped
+            self.transport.close()
+            return
+        if self.code:  # the answer had begun
+            self.outcome = self.outcome or INTERRUPTED
+            self.transport.abort()
+            return
+        relay, self.relay = self.relay, None
+        if relay is not None:
+            relay.detach()
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+        self._refuse(refusal)
+
+    def upstream_writable(self, writable: bool) -> None:
+        """The upstream's connection takes the body's bytes again, or does not (relay.RelayOwner)."""
+        if self.body_held == writable:
+            self.body_held = not writable
+            self._reading()
 
     # ----- callbacks of the relay (relay.RelayOwner) ------------------------------------------------------
     def response_started(self, head: ResponseHead) -> None:
         self.code = head.code
+        if self.upload is not None:
+            self.upload.answered()
         if head.framing == UNTIL_CLOSE:
             self.close_after = True  # the body ends when the upstream closes: so does the client's connection
         self.head = b""  # kept only to retry on a fresh connection before any answer; a watch holds no copy
@@ -277,6 +368,8 @@ class EntranceProtocol(asyncio.Protocol):
 
     def response_done(self) -> None:
         relay, self.relay = self.relay, None
+        if self.upload is not None:
+            self.upload.detach()
         if relay is not None and self.paused:
             relay.resume_reading()
         if self.watch and self.code:
@@ -285,6 +378,8 @@ class EntranceProtocol(asyncio.Protocol):
 
     def upstream_failed(self, err: UpstreamError, got: bool) -> None:
         self.relay = None
+        if self.upload is not None:
+            self.upload.detach()
         if self.code:
             # The answer had started: the only honest signal left is to cut the client's connection.
             self.state.accounting.upstream_error("entrance", "stream")
@@ -329,16 +424,24 @@ class EntranceProtocol(asyncio.Protocol):
         self.busy = False
         self._finish(code, outcome, reason)
         self.last = self.state.loop.time()
+        upload = self.upload
+        if upload is not None:
+            upload.drop()
+        if self.body_held:
+            self.body_held = False
+            self._reading()
         if self.transport is None:
             return
         if self.close_after:
             self.transport.close()
             return
+        if upload is not None and upload.open:
+            return  # the rest of its body is read and dropped first
         if self.reader.buffer:
             self._next()
         elif self.reading_paused:
             self.reading_paused = False
-            self.transport.resume_reading()
+            self._reading()
 
     def _finish(self, code: int, outcome: str, reason: str | None = None) -> None:
         accounting = self.state.accounting

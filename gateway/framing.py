@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 
 from gateway.heads import (CHUNKED, HANDOVER, LENGTH, MAX_RESPONSE_HEAD, NEED_DATA, NO_BODY,
-                           UNTIL_CLOSE, Fields, FramingError, Request, RequestHeadReader, ResponseHead,
-                           parse_request_head, parse_response_head, relay_head)
+                           UNTIL_CLOSE, AmbiguousLength, FramingError, Request, RequestHeadReader, ResponseHead,
+                           parse_request_head, parse_response_head, relay_head, request_framing)
 
 __all__ = ["CHUNKED", "HANDOVER", "LENGTH", "NEED_DATA", "NO_BODY", "UNTIL_CLOSE", "AmbiguousLength", "BodyTooLarge",
            "Data", "EndOfMessage", "FramingError", "Request", "RequestBodyReader", "RequestHeadReader",
@@ -324,27 +324,3 @@ class RequestBodyReader(_Chunks):
         events.append(_END[True])
         return events, data[end:]
 
-
-def request_framing(fields: Fields) -> tuple[int | None, bool]:
-    """How a request's body is framed: its Content-Length (None without one) and whether it is chunked; a
-    FramingError for what cannot be read safely (a Content-Length that is not one number, several that differ,
-    a transfer coding other than one `chunked`, both framings at once)."""
-    length: int | None = None
-    coded = False
-    for name, value in fields:
-        low = name.lower()
-        if low == b"content-length":
-            if not value.isdigit() or len(value) > 15 or (length is not None and int(value) != length):
-                raise FramingError("bad Content-Length")
-            length = int(value)
-        elif low == b"transfer-encoding":
-            if coded or value.lower() != b"chunked":
-                raise FramingError("unsupported transfer coding")
-            coded = True
-    if coded and length is not None:
-        raise AmbiguousLength("Content-Length with Transfer-Encoding")
-    return length, coded
-
-
-class AmbiguousLength(FramingError):
-    """A request with both Content-Length and Transfer-Encoding."""

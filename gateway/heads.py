@@ -16,10 +16,7 @@ import httptools
 
 from gateway.headers import connection_tokens, response_drop, response_fields
 
-_PLAIN_METHODS = frozenset({b"GET", b"HEAD", b"DELETE", b"OPTIONS"})
 _TARGET = re.compile(rb"/[\x21-\x7e]*")
-# Request fields that send a request to the aiohttp path: a body, or an interim answer to give.
-_NOT_PLAIN = frozenset({b"content-length", b"transfer-encoding", b"expect"})
 _OWS = b" \t"
 
 MAX_RESPONSE_HEAD = 64 * 1024
@@ -44,21 +41,30 @@ HANDOVER = _Sentinel("HANDOVER")
 
 
 class Request:
-    """A plain request head: method, origin-form target and the fields exactly as they came."""
+    """A request head the raw path serves: method, origin-form target, the fields exactly as they came, and how a
+    body follows it (`length`, its Content-Length, None without one; `chunked`), as `request_framing` read it."""
 
-    __slots__ = ("method", "target", "fields")
+    __slots__ = ("method", "target", "fields", "length", "chunked")
 
-    def __init__(self, method: bytes, target: bytes, fields: Fields) -> None:
+    def __init__(self, method: bytes, target: bytes, fields: Fields, length: int | None = None,
+                 chunked: bool = False) -> None:
         self.method = method
         self.target = target
         self.fields = fields
+        self.length = length
+        self.chunked = chunked
+
+    @property
+    def has_body(self) -> bool:
+        return self.chunked or bool(self.length)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Request) and (self.method, self.target, self.fields) == (
-            other.method, other.target, other.fields)
+        return isinstance(other, Request) and (self.method, self.target, self.fields, self.length,
+                                               self.chunked) == (other.method, other.target, other.fields,
+                                                                 other.length, other.chunked)
 
     def __repr__(self) -> str:
-        return f"Request({self.method!r}, {self.target!r}, {self.fields!r})"
+        return f"Request({self.method!r}, {self.target!r}, {self.fields!r}, {self.length!r}, {self.chunked!r})"
 
 
 class _HeadParser:
@@ -118,22 +124,47 @@ def _parse_request(head: bytes, max_headers: int) -> Request | None:
         shared.take()
         return None
     url, _, fields = shared.take()
-    method = parser.get_method()
-    if (method not in _PLAIN_METHODS or parser.get_http_version() != "1.1" or len(fields) > max_headers
-            or _TARGET.fullmatch(url) is None):
+    if parser.get_http_version() != "1.1" or len(fields) > max_headers or _TARGET.fullmatch(url) is None:
         return None
     for name, _ in fields:
-        if name.lower() in _NOT_PLAIN:
-            return None
-    return Request(method, url, fields)
+        if name.lower() == b"expect":
+            return None  # an interim answer to give: the aiohttp path gives it
+    try:
+        length, chunked = request_framing(fields)
+    except FramingError:
+        return None
+    return Request(parser.get_method(), url, fields, length, chunked)
+
+
+def request_framing(fields: Fields) -> tuple[int | None, bool]:
+    """How a request's body is framed: its Content-Length (None without one) and whether it is chunked; a
+    FramingError for what cannot be read safely (a Content-Length that is not one number, several that differ,
+    a transfer coding other than one `chunked`, both framings at once: `AmbiguousLength`)."""
+    length: int | None = None
+    coded = False
+    for name, value in fields:
+        low = name.lower()
+        if low == b"content-length":
+            if not value.isdigit() or len(value) > 15 or (length is not None and int(value) != length):
+                raise FramingError("bad Content-Length")
+            length = int(value)
+        elif low == b"transfer-encoding":
+            if coded or value.lower() != b"chunked":
+                raise FramingError("unsupported transfer coding")
+            coded = True
+    if coded and length is not None:
+        raise AmbiguousLength("Content-Length with Transfer-Encoding")
+    return length, coded
 
 
 class RequestHeadReader:
     """Request heads of one client connection, from the bytes as they arrive.
 
-    `next_event()` answers a `Request` (its bytes are consumed), `NEED_DATA`, or `HANDOVER` for a request the raw
-    path does not serve: one that is not plain, a head over `max_head_bytes`, or a target under
-    `handover_prefix` (the peer protocol). After `HANDOVER` the bytes from that request on are in `take()`."""
+    `next_event()` answers a `Request` (its head's bytes are consumed; a body that follows is the caller's to read,
+    framing.RequestBodyReader, from `take()`), `NEED_DATA`, or `HANDOVER` for a request the raw path does not
+    serve: not HTTP/1.1, not an origin-form target, malformed, with a body framing it cannot read safely or an
+    Expect, a head over `max_head_bytes`, or a target under `handover_prefix` (the peer protocol). After
+    `HANDOVER` the bytes from that request on are in `take()`."""
 
     __slots__ = ("buffer", "max_head_bytes", "max_headers", "handover_prefix")
 
@@ -181,7 +212,11 @@ LENGTH, CHUNKED, UNTIL_CLOSE, NO_BODY = "length", "chunked", "until-close", "no-
 
 
 class FramingError(ValueError):
-    """An answer that cannot be relayed safely; the message says what was wrong with it."""
+    """A message that cannot be relayed safely; the message says what was wrong with it."""
+
+
+class AmbiguousLength(FramingError):
+    """A request with both Content-Length and Transfer-Encoding."""
 
 
 class ResponseHead:

@@ -35,11 +35,24 @@ def test_plain_request_head_is_parsed_into_raw_fields():
     assert parse_request_head(b"HEAD / HTTP/1.1", 100) == Request(b"HEAD", b"/", [])
 
 
+@pytest.mark.parametrize("head, length, chunked", [
+    (b"POST /api HTTP/1.1\r\nHost: x", None, False),
+    (b"PUT /api HTTP/1.1\r\nContent-Length: 12", 12, False),
+    (b"GET /api HTTP/1.1\r\nContent-Length: 0", 0, False),
+    (b"PATCH /api HTTP/1.1\r\nTransfer-Encoding: chunked", None, True),
+])
+def test_requests_with_a_body_come_out_with_its_framing_and_the_body_left_in_the_buffer(head, length, chunked):
+    request = parse_request_head(head, 100)
+    assert (request.length, request.chunked, request.has_body) == (length, chunked, bool(length) or chunked)
+    r = reader()
+    r.feed(head + b"\r\n\r\nbody bytes")
+    assert r.next_event() == request and r.take() == b"body bytes"
+
+
 @pytest.mark.parametrize("head", [
-    b"POST /api HTTP/1.1\r\nHost: x",                              # a method with a body
     b"GET /api HTTP/1.0\r\nHost: x",                               # not HTTP/1.1
-    b"GET /api HTTP/1.1\r\nContent-Length: 0",                      # any body framing
-    b"GET /api HTTP/1.1\r\nTransfer-Encoding: chunked",
+    b"POST /api HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2",  # framings it cannot read safely
+    b"POST /api HTTP/1.1\r\nTransfer-Encoding: gzip",
     b"GET /api HTTP/1.1\r\nExpect: 100-continue",                   # an interim answer to give
     b"GET /api HTTP/1.1\r\nHost: x\r\n folded",                     # obs-fold
     b"GET /api HTTP/1.1\r\nBad Name: x",                            # not a token
@@ -49,7 +62,7 @@ def test_plain_request_head_is_parsed_into_raw_fields():
     b"GET /a b HTTP/1.1",
     b"GET /api HTTP/1.1\r\n" + b"\r\n".join(b"X-%d: v" % i for i in range(101)),  # over max_headers
 ])
-def test_anything_but_a_plain_request_goes_to_the_aiohttp_path(head):
+def test_any_other_request_goes_to_the_aiohttp_path(head):
     assert parse_request_head(head, 100) is None
     r = reader()
     r.feed(head + b"\r\n\r\n")
