@@ -87,7 +87,7 @@ class DataPlane:
         self._http = [entrance_http, egress_http, join_http, ops_http]
         count = self.metrics.handshake_failures
         entrance = TLSAcceptor(name="entrance", context=lambda: self._certs and self._certs.entrance,
-                               make_protocol=lambda fp: EntranceProtocol(state, entrance_http, fp),
+                               make_protocol=lambda fp: EntranceProtocol(state, self.handlers, entrance_http, fp),
                                admit=state.connections.admit,
                                count_failure=lambda reason: count.labels("entrance", reason).inc(),
                                handshake_timeout=limits.handshake_timeout, max_connections=limits.max_connections,

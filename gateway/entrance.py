@@ -21,30 +21,34 @@ from contract.paths import PEER_PREFIX
 from gateway.accounting import ANSWERED, CLIENT_CLOSED, CLIENT_CLOSED_CODE, INTERRUPTED, REFUSED, WITHDRAWN
 from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entrance, caught_up, closes_connection,
                                complete, known_peer, not_held)
+from gateway.calls import PeerCalls
 from gateway.catchup import AwaitRegistry
 from gateway.authority import request_namespace
-from gateway.framing import (HANDOVER, NEED_DATA, UNTIL_CLOSE, BodyTooLarge, FramingError, Request,
-                             RequestHeadReader, ResponseHead)
+from gateway.framing import HANDOVER, NEED_DATA, UNTIL_CLOSE, Request, RequestHeadReader, ResponseHead
+from gateway.protocol import ControlHandlers
 from gateway.relay import Relay
 from gateway.state import GatewayState
 from gateway.status import status_answer, upstream_refusal
-from gateway.upload import QUEUE_HIGH, Upload, body_refusal
+from gateway.upload import Uploading
 from gateway.upstream import UpstreamError
 
 _PEER_PREFIX = PEER_PREFIX.encode()
 
 
-class EntranceProtocol(asyncio.Protocol):
+class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
     """One mTLS client connection of the entrance, served on raw bytes until a request needs the aiohttp path."""
 
-    __slots__ = ("state", "fallback", "transport", "peering_fp", "reader", "client", "busy",
+    __slots__ = ("state", "handlers", "call", "fallback", "transport", "peering_fp", "reader", "client", "busy",
                  "relay", "task", "close_after", "last", "timer", "paused", "reading_paused", "code", "method",
                  "path", "start", "watch", "handed", "head", "retried", "head_timer", "outcome", "upload",
                  "body_held")
 
-    def __init__(self, state: GatewayState, fallback: Callable[[str | None], asyncio.Protocol],
-                 peering_fp: str | None) -> None:
+    def __init__(self, state: GatewayState, handlers: ControlHandlers,
+                 fallback: Callable[[str | None], asyncio.Protocol], peering_fp: str | None) -> None:
         self.state = state
+        self.handlers = handlers
+        #: A peer call's request and admission, waiting for the rest of its body.
+        self.call: tuple[Request, object] | None = None
         self.fallback = fallback
         self.transport: Any = None
         #: The client certificate's fingerprint (the connection's, from its handshake).
@@ -100,11 +104,13 @@ class EntranceProtocol(asyncio.Protocol):
         if reader is None:
             limits = self.state.limits
             reader = self.reader = RequestHeadReader(max_head_bytes=limits.max_header_bytes,
-                                                     max_headers=limits.max_headers, handover_prefix=_PEER_PREFIX)
+                                                     max_headers=limits.max_headers)
         upload = self.upload
         if upload is not None and upload.open:
             if not self._feed_body(data) or upload.open:
                 return
+            if self.call is not None:
+                self._call(*self.call)  # the peer call's body is complete
         else:
             reader.feed(data)
         if not self.busy:
@@ -220,6 +226,9 @@ class EntranceProtocol(asyncio.Protocol):
         client = self.client
         if client is None:
             client = self.client = ClientState()
+        if request.target.startswith(_PEER_PREFIX):
+            self._peer_call(request, client)
+            return
         try:
             decision = admit_entrance(state, client, self.peering_fp, request.method, request.target, request.fields,
                                       request.length, request.chunked)
@@ -296,65 +305,6 @@ class EntranceProtocol(asyncio.Protocol):
         if self.paused:
             relay.pause_reading()
 
-    # ----- the request's body -----------------------------------------------------------------------------
-    def _open_body(self, request: Request, keep: bool) -> bool:
-        """The request's body follows its head: read it, into the upstream (`keep`) or dropped (the request was
-        refused). False when it failed at once (and was answered)."""
-        upload = self.upload = self.upload or Upload(self.state.limits.max_body_bytes)
-        try:
-            upload.begin(request.length, request.chunked, keep)
-        except BodyTooLarge:
-            # Refused by admission (its Content-Length): a body over the limit is not read, the connection ends.
-            self.close_after = True
-            return True
-        if not upload.open:
-            return True
-        buffered = self.reader.take()  # type: ignore[union-attr]
-        return not buffered or self._feed_body(buffered)
-
-    def _feed_body(self, data: bytes) -> bool:
-        """Bytes of the open body; False when they broke it (then answered, or the connection ends)."""
-        upload = self.upload
-        try:
-            rest = upload.feed(data)  # type: ignore[union-attr]
-        except FramingError as exc:
-            self._body_failed(body_refusal(exc, self.state.limits.max_body_bytes))
-            return False
-        if rest:
-            self.reader.feed(rest)  # type: ignore[union-attr]
-        if upload.queued > QUEUE_HIGH and not self.body_held:  # type: ignore[union-attr]
-            self.body_held = True  # a body that waits for admission or a connection is not read ahead of it
-            self._reading()
-        return True
-
-    def _body_failed(self, refusal: Refusal) -> None:
-        """The body cannot be relayed (too large, malformed): refused if nothing was answered yet; the connection
-        ends either way, as the rest of the stream cannot be read."""
-        self.upload.abandon()  # type: ignore[union-attr]
-        self.close_after = True
-        if self.transport is None:
-            return
-        if not self.busy:  # a refused request's body, read to be dropped
-            self.transport.close()
-            return
-        if self.code:  # the answer had begun
-            self.outcome = self.outcome or INTERRUPTED
-            self.transport.abort()
-            return
-        relay, self.relay = self.relay, None
-        if relay is not None:
-            relay.detach()
-        if self.task is not None:
-            self.task.cancel()
-            self.task = None
-        self._refuse(refusal)
-
-    def upstream_writable(self, writable: bool) -> None:
-        """The upstream's connection takes the body's bytes again, or does not (relay.RelayOwner)."""
-        if self.body_held == writable:
-            self.body_held = not writable
-            self._reading()
-
     # ----- callbacks of the relay (relay.RelayOwner) ------------------------------------------------------
     def response_started(self, head: ResponseHead) -> None:
         self.code = head.code
@@ -403,14 +353,14 @@ class EntranceProtocol(asyncio.Protocol):
         self._refuse(upstream_refusal(err))
 
     # ----- answers ------------------------------------------------------------------------------------------
-    def _refuse(self, refusal: Refusal) -> None:
+    def _refuse(self, refusal: Refusal, outcome: str = REFUSED) -> None:
         close = closes_connection(refusal)
         if self.transport is not None:
             self.transport.write(status_answer(refusal.code, refusal.reason, refusal.message,
                                                close=close or self.close_after, retry_after=refusal.retry_after))
         if close:
             self.close_after = True
-        self._end(refusal.code, REFUSED, refusal.reason)
+        self._end(refusal.code, outcome, refusal.reason)
 
     def _withdrawn(self) -> None:
         """What admitted the request in progress was withdrawn (authority.OpenStreams): the connection ends."""

@@ -276,7 +276,13 @@ class RequestBodyReader(_Chunks):
         self.line = b""
         self.seen = 0
 
-    def start(self, length: int | None, chunked: bool) -> None:
+    def start(self, length: int | None, chunked: bool, *, decode: bool | None = None, limit: int | None = None
+              ) -> None:
+        """A body of this framing follows; `decode` and `limit`, when given, hold for it and those after it."""
+        if decode is not None:
+            self.decode = decode
+        if limit is not None:
+            self.limit = limit
         self.line, self.seen = b"", 0
         if chunked:
             self.state, self.remaining = _CHUNK_LINE, 0

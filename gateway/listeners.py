@@ -18,6 +18,7 @@ from gateway.accounting import ANSWERED, CLIENT_CLOSED, Outcome
 from gateway.admission import (ClientState, admit_egress, admit_entrance, admit_peer_call, caught_up,
                                closes_connection, complete, not_held)
 from gateway.authority import Authority, request_namespace
+from gateway.calls import json_object
 from gateway.http import JSON, HTTPProtocol, status_response
 from gateway.joinlimit import JoinRateLimit, client_address, token_id, trusted_networks
 from gateway.protocol import ControlHandlers, JoinCall, PeerCall
@@ -203,10 +204,4 @@ async def read_json(request: web.BaseRequest, limit: int) -> dict:
         if seen > limit:
             raise Refusal(413, reasons.REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {limit} bytes")
         chunks.append(chunk)
-    try:
-        body = json.loads(b"".join(chunks))
-    except ValueError:
-        raise Refusal(400, reasons.MALFORMED_BODY, "the body is not JSON") from None
-    if not isinstance(body, dict):
-        raise Refusal(400, reasons.MALFORMED_BODY, "the body is not a JSON object")
-    return body
+    return json_object(b"".join(chunks))
