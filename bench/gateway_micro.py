@@ -91,7 +91,7 @@ async def measure(requests: int, rounds: int = 5) -> float:
     pool.idle.append(relay)
     real_relay_pool, state.relay_pool = state.relay_pool, pool  # type: ignore[assignment]
     client = MemoryTransport()
-    proto = EntranceProtocol(state, None, lambda fp: None, "fp")  # type: ignore[arg-type,return-value]
+    proto = EntranceProtocol(state, None, "fp")  # type: ignore[arg-type,return-value]
     proto.connection_made(client)
     best = float("inf")
     try:

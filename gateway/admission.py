@@ -1,5 +1,5 @@
-"""Where every entrance and egress request is admitted (DESIGN.md 7): one chain, called by both entrance paths
-(the raw path in entrance.py, the aiohttp path in listeners.py) and by the egress.
+"""Where every entrance and egress request is admitted (DESIGN.md 7): one chain, called by the entrance
+(entrance.py, calls.py) and by the egress (listeners.py).
 
     entrance: method -> peer (client certificate) -> header rules -> peer token (verified-token cache) -> consumer
               -> exchange decision -> the upstream request head
@@ -27,6 +27,7 @@ from contract.names import audience
 from contract.paths import EGRESS_PREFIX, PEER_OPS, PEER_PREFIX, RENEWAL_OP
 from gateway import catchup
 from gateway.headers import Fields, bearer, request_head, screen_request
+from gateway.heads import METHODS, method_message
 from gateway.registry import Peer
 from gateway.state import GatewayState
 from gateway.status import unknown_certificate
@@ -36,9 +37,6 @@ from gateway.tokens import VerifiedToken, check_expiry, claims_expiry, expired, 
 
 _EGRESS_PREFIX = EGRESS_PREFIX.encode()
 
-METHODS = frozenset({b"GET", b"HEAD", b"POST", b"PUT", b"PATCH", b"DELETE", b"OPTIONS"})
-"""The methods of the Kubernetes API: the one allow-list of both entrance paths and the egress (CONNECT, TRACE and
-anything else never reach an upstream)."""
 
 EGRESS_ROOTS = (b"/api", b"/apis", b"/openapi/v3")
 """What the egress forwards: these paths and those under them, and EGRESS_EXACT; the Kubernetes API and the
@@ -379,8 +377,7 @@ def _check_audience(claims: dict, peer: Peer) -> None:
 
 
 def _method_refused(method: bytes) -> Refusal:
-    return Refusal(405, reasons.METHOD_NOT_ALLOWED, f"method {method.decode('latin-1')[:20]} is not allowed through "
-                   "the peering gateway; the Kubernetes API takes GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS")
+    return Refusal(405, reasons.METHOD_NOT_ALLOWED, method_message(method))
 
 
 # ----- both -------------------------------------------------------------------------------------------------------

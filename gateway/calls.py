@@ -1,6 +1,6 @@
 """Calls of the peer protocol (/peering/v1/*) on the entrance's raw path: admitted by `admission.admit_peer_call`
 (after the registry it waits for, when it says so), the body a JSON object (`json_object`, which the join listener
-and the aiohttp path apply too), handed to the control loop's handlers (bounded per peer by peercalls.py in front
+applies too), handed to the control loop's handlers (bounded per peer by peercalls.py in front
 of them) and answered as JSON; a Refusal is answered as every other."""
 
 from __future__ import annotations

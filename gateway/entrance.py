@@ -1,19 +1,19 @@
-"""The entrance's raw-bytes HTTP/1.1 protocol: what a peer's consumers send is served here.
+"""The entrance's HTTP/1.1 protocol: everything a peer sends is served here, on raw bytes.
 
 aiohttp's server builds a request object, a header multidict, a URL, a response object and a writer per request;
 for a proxy whose answers are the upstream's own bytes that is most of the CPU a request costs. This protocol only
-moves bytes: request heads are read by `framing.RequestHeadReader`, admitted by `admission.admit_entrance`, the
-upstream head goes to a pooled connection of `relay.RelayPool` with the body after it (`upload.Upload`, relayed as
-the client framed it), and the answer comes back as bytes through `relay.Relay`. What it does not read safely (a
-malformed or oversized head, HTTP/1.0, an Expect, an unreadable body framing) and peer calls under /peering/v1/
-are handed, from that request on, to the aiohttp server path, which answers them as before.
+moves bytes: request heads are read by `framing.RequestHeadReader` (what it cannot read safely is refused, and the
+connection ends), admitted by `admission.admit_entrance`, the upstream head goes to a pooled connection of
+`relay.RelayPool` with the body after it (`upload.Upload`, relayed as the client framed it), and the answer comes
+back as bytes through `relay.Relay`; calls of the peer protocol under /peering/v1/ are answered here too
+(`calls.PeerCalls`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Any
 
 from contract import reasons
 from contract.errors import Refusal
@@ -24,7 +24,7 @@ from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entra
 from gateway.calls import PeerCalls
 from gateway.catchup import AwaitRegistry
 from gateway.authority import request_namespace
-from gateway.framing import HANDOVER, NEED_DATA, UNTIL_CLOSE, Request, RequestHeadReader, ResponseHead
+from gateway.framing import NEED_DATA, UNTIL_CLOSE, Refused, Request, RequestHeadReader, ResponseHead
 from gateway.protocol import ControlHandlers
 from gateway.relay import Relay
 from gateway.state import GatewayState
@@ -36,20 +36,19 @@ _PEER_PREFIX = PEER_PREFIX.encode()
 
 
 class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
-    """One mTLS client connection of the entrance, served on raw bytes until a request needs the aiohttp path."""
+    """One mTLS client connection of the entrance, served on raw bytes."""
 
-    __slots__ = ("state", "handlers", "call", "fallback", "transport", "peering_fp", "reader", "client", "busy",
+    __slots__ = ("state", "handlers", "call", "transport", "peering_fp", "reader", "client", "busy",
                  "relay", "task", "close_after", "last", "timer", "paused", "reading_paused", "code", "method",
-                 "path", "start", "watch", "handed", "head", "retried", "head_timer", "outcome", "upload",
+                 "path", "start", "watch", "head", "retried", "head_timer", "outcome", "upload",
                  "body_held")
 
     def __init__(self, state: GatewayState, handlers: ControlHandlers,
-                 fallback: Callable[[str | None], asyncio.Protocol], peering_fp: str | None) -> None:
+                 peering_fp: str | None) -> None:
         self.state = state
         self.handlers = handlers
         #: A peer call's request and admission, waiting for the rest of its body.
         self.call: tuple[Request, object] | None = None
-        self.fallback = fallback
         self.transport: Any = None
         #: The client certificate's fingerprint (the connection's, from its handshake).
         self.peering_fp = peering_fp
@@ -72,7 +71,6 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
         self.path = b""
         self.start = 0.0
         self.watch = False
-        self.handed = False
         self.head = b""
         self.retried = False
         self.head_timer: asyncio.TimerHandle | None = None
@@ -90,12 +88,12 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
 
     def _idle_check(self) -> None:
         self.timer = None
-        if self.transport is None or self.handed:
+        if self.transport is None:
             return
         loop = self.state.loop
         due = self.last + self.state.limits.idle_timeout
         if not self.busy and loop.time() >= due:
-            self.transport.close()  # an idle keep-alive connection: closed as the aiohttp path does
+            self.transport.close()  # an idle keep-alive connection: closed after `idle_timeout`, as aiohttp's listeners do
             return
         self.timer = loop.call_at(max(due, loop.time() + 1), self._idle_check)
 
@@ -138,8 +136,6 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
             self.relay.resume_reading()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self.handed:
-            return
         self.transport = None
         if self.timer is not None:
             self.timer.cancel()
@@ -165,8 +161,8 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
             event = self.reader.next_event()
             if event is NEED_DATA:
                 break
-            if event is HANDOVER:
-                self._handover()  # the aiohttp path answers it (a 431 for an oversized head) or waits for the rest
+            if type(event) is Refused:
+                self._refuse_head(event.code, event.reason, event.message)  # type: ignore[union-attr]
                 return
             self.last = self.state.loop.time()
             if self.head_timer is not None:
@@ -187,31 +183,19 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
     def _head_late(self) -> None:
         """A request head not complete in time (a slow client trickling it): 408, and the connection ends."""
         self.head_timer = None
-        if self.transport is None or self.busy or self.handed:
+        if self.transport is None or self.busy:
             return
         limit = self.state.limits.request_head_timeout
-        self.transport.write(status_answer(408, reasons.REQUEST_TIMEOUT, f"the request head was not complete within "
-                                           f"{limit:g} s; send the whole head at once", close=True))
-        self.transport.close()
-        self.state.accounting.refused_head("entrance", known_peer(self.state, self.peering_fp), 408,
-                                           reasons.REQUEST_TIMEOUT)
+        self._refuse_head(408, reasons.REQUEST_TIMEOUT, f"the request head was not complete within {limit:g} s; "
+                          "send the whole head at once")
 
-    def _handover(self) -> None:
-        """Give this connection, from the request at the start of the buffer on, to the aiohttp path."""
-        self.handed = True
-        self._head_done()  # the aiohttp path keeps its own deadline from here
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        proto: Any = self.fallback(self.peering_fp)
-        transport, self.transport = self.transport, None
-        if self.reading_paused:
-            transport.resume_reading()
-        transport.set_protocol(proto)
-        proto.connection_made(transport)
-        buf = self.reader.take()
-        if buf:
-            proto.data_received(buf)
+    def _refuse_head(self, code: int, reason: str, message: str) -> None:
+        """A request head refused before admission (too slow, too large, malformed): answered, and the connection
+        ends, as what follows cannot be told apart from the rest of it."""
+        self._head_done()
+        self.transport.write(status_answer(code, reason, message, close=True))
+        self.transport.close()
+        self.state.accounting.refused_head("entrance", known_peer(self.state, self.peering_fp), code, reason)
 
     def _request(self, request: Request) -> None:
         state = self.state
@@ -226,6 +210,8 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
         client = self.client
         if client is None:
             client = self.client = ClientState()
+        if request.expects_continue and request.has_body:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # its body follows once the client reads this
         if request.target.startswith(_PEER_PREFIX):
             self._peer_call(request, client)
             return

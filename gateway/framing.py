@@ -2,16 +2,15 @@
 are the model). The heads are read by llhttp with the module's checks on top (heads.py); the bodies are followed
 here with a few integers of state.
 
-- `RequestHeadReader` reads the heads of the plain requests the entrance's raw path serves (HTTP/1.1; GET, HEAD,
-  DELETE or OPTIONS; an origin-form target; no body framing; well-formed fields within the limits). For
-  anything else it answers `HANDOVER`, and the bytes it holds (`take()`) go to the strict aiohttp path, which
-  answers them, refusals included.
+- `RequestHeadReader` reads the entrance's request heads (HTTP/1.1; an origin-form target; well-formed fields
+  within the limits; a body framing it can read, `request_framing`); anything else is `Refused`, with the answer
+  to give (431 over the limits, 400 AmbiguousBodyLength or MalformedRequest).
 - `RequestBodyReader` follows a request's body (Content-Length or chunked, `request_framing` says which) with the
   same chunk reader as the response framer, bounded by a limit, and gives back the bytes after it (the next
   request's).
 - `ResponseFramer` follows an upstream's answer: its head (`ResponseHead`), its body (`Data`) and its end
   (`EndOfMessage`, which says whether the connection may carry another request). It is the data plane's one
-  response framer: the raw path relays the body as it came (`decode=False`), the aiohttp path and the egress read
+  response framer: the entrance relays the body as it came (`decode=False`), the egress reads
   the payload (`decode=True`, chunk framing removed). Anything that cannot be relayed safely (a smuggling shape,
   a coding the client would not see, an interim answer, a bare LF in a chunk line) is a `FramingError`.
 """
@@ -20,11 +19,11 @@ from __future__ import annotations
 
 import re
 
-from gateway.heads import (CHUNKED, HANDOVER, LENGTH, MAX_RESPONSE_HEAD, NEED_DATA, NO_BODY,
-                           UNTIL_CLOSE, AmbiguousLength, FramingError, Request, RequestHeadReader, ResponseHead,
-                           parse_request_head, parse_response_head, relay_head, request_framing)
+from gateway.heads import (CHUNKED, LENGTH, MAX_RESPONSE_HEAD, NEED_DATA, NO_BODY, UNTIL_CLOSE, AmbiguousLength,
+                           FramingError, Refused, Request, RequestHeadReader, ResponseHead, parse_request_head,
+                           parse_response_head, relay_head, request_framing)
 
-__all__ = ["CHUNKED", "HANDOVER", "LENGTH", "NEED_DATA", "NO_BODY", "UNTIL_CLOSE", "AmbiguousLength", "BodyTooLarge",
+__all__ = ["CHUNKED", "Refused", "LENGTH", "NEED_DATA", "NO_BODY", "UNTIL_CLOSE", "AmbiguousLength", "BodyTooLarge",
            "Data", "EndOfMessage", "FramingError", "Request", "RequestBodyReader", "RequestHeadReader",
            "ResponseFramer", "ResponseHead", "parse_request_head", "parse_response_head", "relay_head",
            "request_framing"]

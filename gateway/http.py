@@ -10,6 +10,7 @@ from aiohttp import web, web_protocol, web_server
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 
 from contract import reasons
+from gateway.heads import AMBIGUOUS_MESSAGE, MALFORMED_MESSAGE, TOO_LARGE_MESSAGE
 from gateway.status import status_answer, status_body
 
 log = logging.getLogger("gateway")
@@ -31,21 +32,19 @@ def parse_error_status(status: int, exc: BaseException | None) -> tuple[int, str
     """Code, cause and message for a request the HTTP parser refused."""
     text = str(exc) if exc is not None else ""
     if isinstance(exc, LineTooLong) or "too many headers" in text.lower() or "header value is too long" in text.lower():
-        return 431, reasons.REQUEST_HEADER_FIELDS_TOO_LARGE, ("the request line or headers are too large or too many; send "
-                                                    "fewer or shorter headers")
+        return 431, reasons.REQUEST_HEADER_FIELDS_TOO_LARGE, TOO_LARGE_MESSAGE
     lowered = text.lower()
     if "transfer-encoding" in lowered and "content-length" in lowered:
-        return 400, reasons.AMBIGUOUS_BODY_LENGTH, ("the request has both Content-Length and Transfer-Encoding; "
-                                            "send exactly one of them")
+        return 400, reasons.AMBIGUOUS_BODY_LENGTH, AMBIGUOUS_MESSAGE
     if isinstance(exc, BadHttpMessage):
-        return 400, reasons.MALFORMED_REQUEST, "the request is not valid HTTP/1.1: " + text[:200]
+        return 400, reasons.MALFORMED_REQUEST, MALFORMED_MESSAGE + text[:200]
     if status == 500:
         return 500, reasons.INTERNAL_ERROR, "the gateway failed to answer this request; it is logged"
     return status, reasons.MALFORMED_REQUEST, "the request is not valid HTTP/1.1"
 
 
 class HTTPProtocol(web_protocol.RequestHandler):
-    """One HTTP/1.1 connection. `peering_fp` is the client certificate fingerprint on the entrance.
+    """One HTTP/1.1 connection of the egress, the join or the ops listener.
 
     A request head must be complete within `head_timeout` seconds of its first bytes (of the connection, or after
     the previous request's handler): a client trickling one is answered 408 and closed. `on_refused` is told of
@@ -54,11 +53,10 @@ class HTTPProtocol(web_protocol.RequestHandler):
     _head_timer: asyncio.TimerHandle | None = None
     _in_handler: bool = False
 
-    def __init__(self, manager: web_server.Server, *, head_timeout: float, peering_fp: str | None,
+    def __init__(self, manager: web_server.Server, *, head_timeout: float,
                  on_refused: Callable[["HTTPProtocol", int, str], None] | None, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self.head_timeout = head_timeout
-        self.peering_fp = peering_fp
         self.on_refused = on_refused
 
     def data_received(self, data: bytes) -> None:
@@ -126,8 +124,7 @@ class HTTPServer(web_server.Server):
         self.head_timeout = head_timeout
         self.on_refused = on_refused
 
-    def __call__(self, peering_fp: str | None = None) -> HTTPProtocol:
-        """A connection's protocol; on the entrance, `peering_fp` is its client certificate's fingerprint."""
-        return HTTPProtocol(self, loop=self._loop, head_timeout=self.head_timeout, peering_fp=peering_fp,
-                            on_refused=self.on_refused, **self._kwargs)
+    def __call__(self) -> HTTPProtocol:
+        return HTTPProtocol(self, loop=self._loop, head_timeout=self.head_timeout, on_refused=self.on_refused,
+                            **self._kwargs)
 

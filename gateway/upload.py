@@ -2,7 +2,7 @@
 `RequestBodyReader`, the bytes relayed as the client framed them, bounded by `Limits.max_body_bytes`), queued
 while the request waits for its admission or an upstream connection, sent once a relay takes it, and kept until
 the answer begins, so that a pooled connection the upstream had closed meanwhile can be retried with the whole
-body (as `upstream.UpstreamPool` does for the aiohttp path). After the answer, or a refusal, what is left of the
+body (as `upstream.UpstreamPool` does for the egress). After the answer, or a refusal, what is left of the
 body is read and dropped, so that the connection can serve the next request. `Upload` is sans-I/O but for the
 relay's `send`; `Uploading` is the entrance protocol's part that feeds it and decides what a failure means."""
 

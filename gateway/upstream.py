@@ -72,7 +72,7 @@ class PooledIdle:
 
 
 class BodyStream:
-    """The payload of one answer as it arrives (the aiohttp path's and the egress's reading side). While more
+    """The payload of one answer as it arrives (the egress's reading side). While more
     than `high` bytes wait to be read, the upstream connection stops reading."""
 
     __slots__ = ("_conn", "_chunks", "_size", "_eof", "_exc", "_waiter")

@@ -210,7 +210,7 @@ async def test_over_tls_both_entrance_paths_answer_once_the_registry_catches_up(
                                        headers=auth) as r:
                 return r.status
 
-        # The raw path (a plain GET) and the aiohttp path (a body) both wait.
+        # A plain GET and a request with a body both wait.
         calls = [asyncio.ensure_future(call("GET", None)), asyncio.ensure_future(call("POST", b"{}"))]
         async with asyncio.timeout(10):
             while gw.metrics.registry.get_sample_value("peering_gateway_requests_in_flight",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.framing import (CHUNKED, HANDOVER, LENGTH, NEED_DATA, NO_BODY, UNTIL_CLOSE, AmbiguousLength,
-                             BodyTooLarge, Data, EndOfMessage, FramingError, Request, RequestBodyReader,
+from gateway.framing import (CHUNKED, LENGTH, NEED_DATA, NO_BODY, UNTIL_CLOSE, AmbiguousLength,
+                             BodyTooLarge, Data, EndOfMessage, FramingError, Request, Refused, RequestBodyReader,
                              RequestHeadReader, ResponseFramer, ResponseHead, parse_request_head,
                              parse_response_head, relay_head, request_framing)
 
@@ -51,9 +51,10 @@ def test_requests_with_a_body_come_out_with_its_framing_and_the_body_left_in_the
 
 @pytest.mark.parametrize("head", [
     b"GET /api HTTP/1.0\r\nHost: x",                               # not HTTP/1.1
+    b"POST /api HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked",  # smuggling shape
     b"POST /api HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2",  # framings it cannot read safely
     b"POST /api HTTP/1.1\r\nTransfer-Encoding: gzip",
-    b"GET /api HTTP/1.1\r\nExpect: 100-continue",                   # an interim answer to give
+    b"GET /api HTTP/1.1\r\nExpect: something-else",                 # an expectation it does not serve
     b"GET /api HTTP/1.1\r\nHost: x\r\n folded",                     # obs-fold
     b"GET /api HTTP/1.1\r\nBad Name: x",                            # not a token
     b"GET /api HTTP/1.1\r\nX: a\nInjected: b",                      # bare LF
@@ -62,12 +63,27 @@ def test_requests_with_a_body_come_out_with_its_framing_and_the_body_left_in_the
     b"GET /a b HTTP/1.1",
     b"GET /api HTTP/1.1\r\n" + b"\r\n".join(b"X-%d: v" % i for i in range(101)),  # over max_headers
 ])
-def test_any_other_request_goes_to_the_aiohttp_path(head):
-    assert parse_request_head(head, 100) is None
+def test_any_other_request_is_refused_with_its_reason_and_nothing_consumed(head):
+    refused = parse_request_head(head, 100)
+    assert isinstance(refused, Refused) and refused.code in (400, 431)
+    expected = ("RequestHeaderFieldsTooLarge" if b"X-100" in head else
+                "AmbiguousBodyLength" if b"Transfer-Encoding" in head and b"Content-Length" in head
+                else "MalformedRequest")
+    assert refused.reason == expected and refused.message
     r = reader()
     r.feed(head + b"\r\n\r\n")
-    assert r.next_event() is HANDOVER
-    assert r.take() == head + b"\r\n\r\n"  # nothing consumed: the aiohttp path reads the request whole
+    assert r.next_event() == refused
+    assert r.take() == head + b"\r\n\r\n"  # nothing consumed: the connection ends after the refusal
+
+
+@pytest.mark.parametrize("head", [b"CONNECT api.x.lab:443 HTTP/1.1", b"TRACE /api HTTP/1.0", b"PROPFIND /api HTTP/1.1"])
+def test_a_method_outside_the_kubernetes_api_is_refused_whatever_its_target_or_version(head):
+    assert parse_request_head(head, 100) == Refused(405, "MethodNotAllowed", "")
+
+
+def test_expect_100_continue_is_served_on_a_request_with_a_body():
+    request = parse_request_head(b"PUT /api HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 2", 100)
+    assert request.expects_continue and request.length == 2
 
 
 def test_the_reader_waits_for_a_whole_head_and_serves_pipelined_requests_in_order():
@@ -82,18 +98,17 @@ def test_the_reader_waits_for_a_whole_head_and_serves_pipelined_requests_in_orde
     assert r.buffer == b"GET /c HT"
 
 
-def test_the_reader_hands_over_oversized_heads_and_peer_calls_with_their_bytes():
+def test_the_reader_refuses_oversized_heads_as_soon_as_they_pass_the_limit():
     r = reader(max_head_bytes=64)
     r.feed(b"GET /a HTTP/1.1\r\nX-Big: " + b"a" * 80)
-    assert r.next_event() is HANDOVER  # no end in sight within the limit: the aiohttp path answers 431
+    assert r.next_event().code == 431  # no end in sight within the limit: refused without waiting for it
     r = reader(max_head_bytes=64)
     r.feed(b"GET /a HTTP/1.1\r\nX-Big: " + b"a" * 80 + b"\r\n\r\n")
-    assert r.next_event() is HANDOVER
-    r = reader(handover_prefix=b"/peering/v1/")
+    assert r.next_event().reason == "RequestHeaderFieldsTooLarge"
+    r = reader()
     r.feed(b"GET /api HTTP/1.1\r\n\r\nGET /peering/v1/offer HTTP/1.1\r\n\r\n")
     assert r.next_event() == Request(b"GET", b"/api", [])
-    assert r.next_event() is HANDOVER
-    assert r.take() == b"GET /peering/v1/offer HTTP/1.1\r\n\r\n" and r.next_event() is NEED_DATA
+    assert r.next_event() == Request(b"GET", b"/peering/v1/offer", []) and r.next_event() is NEED_DATA
 
 
 # ----- response heads ---------------------------------------------------------------------------------------------

@@ -144,3 +144,29 @@ def test_every_test_the_threat_table_names_exists():
         if not path.exists() or f"def {test}(" not in path.read_text():
             missing.append(ref)
     assert missing == []
+
+
+def aiohttp_importers() -> set[str]:
+    found = set()
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "aiohttp" for a in node.names)) or (
+                    isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "aiohttp"):
+                found.add(name)
+    return found
+
+
+#: Where aiohttp is the tool: the listeners it serves (the egress, the join and ops: http.py, listeners.py,
+#: proxy.py, dataplane.py; the parent's socket for its workers, workers.py) and the HTTP clients of Dex, the
+#: TokenReview and a worker's parent (exchange.py, tokenreview.py, worker.py, with their sessions, state.py, and
+#: name overrides, resolve.py). The entrance, every byte a peer sends, is none of them.
+AIOHTTP_ALLOWED = {"gateway.http", "gateway.listeners", "gateway.proxy", "gateway.dataplane", "gateway.workers",
+                   "gateway.exchange", "gateway.tokenreview", "gateway.worker", "gateway.state", "gateway.resolve"}
+
+
+def test_the_entrance_imports_no_aiohttp_anywhere():
+    assert aiohttp_importers() <= AIOHTTP_ALLOWED
+    entrance = {"gateway.entrance", "gateway.calls", "gateway.upload", "gateway.heads", "gateway.framing",
+                "gateway.relay", "gateway.tls", "gateway.tlsstream", "gateway.tcp", "gateway.connections",
+                "gateway.admission", "gateway.catchup", "gateway.status"}
+    assert not entrance & aiohttp_importers()

@@ -104,7 +104,7 @@ async def test_bodies_are_relayed_as_the_client_framed_them_and_the_connection_s
         await close(writer)
     assert scripted.bodies == [b'{"kind":"Pod"}', CHUNKED, b""]
     assert b"Content-Length: 14\r\n" in scripted.heads[0] and b"Transfer-Encoding: chunked\r\n" in scripted.heads[1]
-    assert scripted.connections == 1 and gw.state.api_pool.all == set()  # one relay, nothing handed over
+    assert scripted.connections == 1  # one upstream connection served the three
 
 
 async def test_a_pooled_connection_the_upstream_closed_is_retried_with_the_whole_body(scripted_gateway, pki,
