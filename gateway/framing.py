@@ -81,6 +81,19 @@ class _Chunks:
     def _chunk_sized(self, size: int) -> None:
         """A chunk of `size` bytes begins (0: the last)."""
 
+    def _chunk_events(self, data: bytes, events: list) -> int:
+        """The `Data` of `data` appended to `events`: as it came, or the payload alone when `decode` (of the
+        subclass) is set; the index just past the body's end, or -1."""
+        pieces: list[bytes] | None = [] if self.decode else None  # type: ignore[attr-defined]
+        end = self._chunked(data, pieces)
+        if pieces is None:
+            body = data if end < 0 else data[:end]
+            if body:
+                events.append(Data(body))
+        elif pieces:
+            events.append(Data(b"".join(pieces)))
+        return end
+
     def _chunked(self, data: bytes, pieces: list[bytes] | None) -> int:
         """Follow the chunked encoding through `data` (payload into `pieces` when decoding); the index just past
         the body's end, or -1. Strict: CRLF line ends only, a hexadecimal size, no more than MAX_CHUNK_LINE bytes
@@ -221,14 +234,7 @@ class ResponseFramer(_Chunks):
                 events.append(Data(data))
             return events
         elif state != _DONE:
-            pieces: list[bytes] | None = [] if self.decode else None
-            end = self._chunked(data, pieces)
-            if pieces is None:
-                body = data if end < 0 else data[:end]
-                if body:
-                    events.append(Data(body))
-            elif pieces:
-                events.append(Data(b"".join(pieces)))
+            end = self._chunk_events(data, events)
             if end < 0:
                 return events
             if end < len(data):
@@ -316,14 +322,7 @@ class RequestBodyReader(_Chunks):
             self.state = _DONE
             events.append(_END[True])
             return events, data[take:]
-        pieces: list[bytes] | None = [] if self.decode else None
-        end = self._chunked(data, pieces)
-        if pieces is None:
-            body = data if end < 0 else data[:end]
-            if body:
-                events.append(Data(body))
-        elif pieces:
-            events.append(Data(b"".join(pieces)))
+        end = self._chunk_events(data, events)
         if end < 0:
             return events, b""
         events.append(_END[True])

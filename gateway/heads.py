@@ -198,17 +198,24 @@ def request_framing(fields: Fields) -> tuple[int | None, bool]:
     coded = False
     for name, value in fields:
         low = name.lower()
-        if low == b"content-length":
-            if not value.isdigit() or len(value) > 15 or (length is not None and int(value) != length):
-                raise FramingError("bad Content-Length")
-            length = int(value)
-        elif low == b"transfer-encoding":
-            if coded or value.lower() != b"chunked":
-                raise FramingError("unsupported transfer coding")
-            coded = True
+        if low == b"content-length" or low == b"transfer-encoding":
+            length, coded = _framing_field(low, value, length, coded)
     if coded and length is not None:
         raise AmbiguousLength("Content-Length with Transfer-Encoding")
     return length, coded
+
+
+def _framing_field(low: bytes, value: bytes, length: int | None, coded: bool) -> tuple[int | None, bool]:
+    """What a Content-Length or Transfer-Encoding field (`low`, its lowercased name) adds to the framing read so
+    far, for a request and an answer alike: one length (repeats must agree), or one plain `chunked` (another coding
+    would have to be restated exactly, and neither side of the gateway sends one); a FramingError otherwise."""
+    if low == b"content-length":
+        if not value.isdigit() or len(value) > 15 or (length is not None and int(value) != length):
+            raise FramingError("bad Content-Length")
+        return int(value), coded
+    if coded or value.lower() != b"chunked":
+        raise FramingError("unsupported transfer coding")
+    return length, True
 
 
 class RequestHeadReader:
@@ -317,18 +324,10 @@ def response_head(version: str, code: int, reason: bytes, fields: Fields, head_o
             named = tokens if named is None else named | tokens
             if b"close" in tokens:
                 keep_alive = False
-        elif low == b"content-length":
-            if not value.isdigit() or (length is not None and int(value) != length):
-                raise FramingError("bad Content-Length")
-            length = int(value)
-        elif low == b"transfer-encoding":
-            # Only plain chunked framing is relayed: another coding (gzip, chunked) would have to be restated
-            # exactly, and the API server never sends one.
-            if coded or value.lower() != b"chunked":
-                raise FramingError("unsupported transfer coding")
-            coded = True
+        elif low == b"content-length" or low == b"transfer-encoding":
+            length, coded = _framing_field(low, value, length, coded)
     if coded and length is not None:
-        raise FramingError("Content-Length with Transfer-Encoding")
+        raise AmbiguousLength("Content-Length with Transfer-Encoding")
     if head_only or code in (204, 304):
         framing = NO_BODY
     elif coded:
