@@ -10,7 +10,7 @@ import pytest
 
 from gateway.framing import BodyTooLarge, FramingError
 from gateway.upload import QUEUE_HIGH, Upload
-from tests.gateway.support import ENTRANCE_HOST, make_token
+from tests.gateway.support import ENTRANCE_HOST, make_token, started_gateway
 from tests.gateway.test_relay import close, connect, get, ok, read_answer, scripted_gateway  # noqa: F401
 
 CHUNKED = b"4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\n\r\n"
@@ -163,3 +163,53 @@ def _refused(gw) -> float:
     return sum(sample.value for metric in gw.metrics.requests.collect() for sample in metric.samples
                if sample.name.endswith("_total") and sample.labels["listener"] == "entrance"
                and sample.labels["outcome"] == "refused" and sample.labels["code"] == "4xx")
+
+
+async def test_a_body_waiting_for_its_admission_holds_the_client_and_goes_whole_once_admitted(
+        pki, issuer_key, upstream, dex, handlers):
+    dex.gate = asyncio.Event()  # the token's exchange waits: so does the body
+    async with started_gateway(pki, issuer_key, upstream, dex, handlers) as gw:
+        reader, writer = await connect(gw, pki)
+        body = b'{"data":"' + b"x" * (3 * QUEUE_HIGH) + b'"}'
+        try:
+            writer.write(post(PODS, make_token(issuer_key), body))
+            (fp,) = gw.registry.by_fingerprint
+            async with asyncio.timeout(10):
+                while not any(stream.get_protocol().body_held for stream in gw.state.connections.of(fp)):
+                    await asyncio.sleep(0.01)  # past QUEUE_HIGH queued, the client is not read any more
+            (stream,) = gw.state.connections.of(fp)
+            assert not stream.is_reading() and dex.calls == 1
+            dex.gate.set()
+            code, _, answer = await read_answer(reader)
+        finally:
+            await close(writer)
+        assert code == 200 and json.loads(answer)["seen"]["length"] == len(body)
+
+
+async def test_expect_100_continue_is_answered_before_the_body(pki, issuer_key, upstream, dex, handlers):
+    async with started_gateway(pki, issuer_key, upstream, dex, handlers) as gw:
+        reader, writer = await connect(gw, pki)
+        try:
+            head = post(PODS, make_token(issuer_key), b"{}")
+            writer.write(head[:-2].replace(b"Content-Type", b"Expect: 100-continue\r\nContent-Type"))
+            assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            writer.write(b"{}")
+            code, _, answer = await read_answer(reader)
+        finally:
+            await close(writer)
+        assert code == 200 and json.loads(answer)["seen"]["length"] == 2
+
+
+async def test_a_head_the_entrance_cannot_read_is_refused_counted_and_the_connection_closed(
+        pki, issuer_key, upstream, dex, handlers):
+    async with started_gateway(pki, issuer_key, upstream, dex, handlers) as gw:
+        reader, writer = await connect(gw, pki)
+        try:
+            writer.write(b"GET /api HTTP/1.0\r\nHost: x\r\n\r\n")
+            code, headers, body = await read_answer(reader)
+            assert (code, json.loads(body)["reason"], headers["connection"]) == (400, "MalformedRequest", "close")
+            assert "send HTTP/1.1" in json.loads(body)["message"]
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+        finally:
+            await close(writer)
+        assert _refused(gw) == 1 and upstream.requests == []
