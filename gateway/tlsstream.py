@@ -439,5 +439,6 @@ async def connect(factory: Callable[[], Any], host: str, port: int, context: ssl
             await loop.create_connection(lambda: stream, host, port)
             return await waiter
         except BaseException:
+            waiter.cancel()  # nobody waits for it any more: the handshake's failure is not reported to it
             stream.abort()
             raise
