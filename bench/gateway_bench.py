@@ -1,7 +1,7 @@
 """Benchmark of the peering gateway against nginx as an equivalent mTLS-terminating proxy, on this machine.
 
     python -m bench.gateway_bench [--quick] [--out bench/out/gateway.json]
-    python -m bench.gateway_bench --ab OTHER_CHECKOUT [--rounds 4]   # this gateway against another, paired
+    python -m bench.gateway_bench --ab OTHER_CHECKOUT [--rounds 4] [--ab-memory]   # this gateway against another
 
 Both targets get the same driver and the same upstream:
 
@@ -136,9 +136,10 @@ def measure_target(s: Setup, kind: str, workers: int, *, memory: bool) -> dict:
     return out
 
 
-def measure_memory(s: Setup, kind: str, n: int, watch: bool) -> dict:
-    """PSS growth of a fresh target (one worker) while `n` mTLS connections (or watches) are held open."""
-    target, tport = s.target(kind, 1)
+def measure_memory(s: Setup, kind: str, n: int, watch: bool, cwd: str | None = None) -> dict:
+    """PSS growth of a fresh target (one worker; of the checkout at `cwd` when given) while `n` mTLS connections
+    (or watches) are held open."""
+    target, tport = s.target(kind, 1, cwd=cwd)
     driver, dport = s.driver(tport)
     try:
         # Warm: pools, caches and lazily built state exist before the baseline is taken.
@@ -223,7 +224,13 @@ def ab(args: argparse.Namespace) -> dict:
                     finally:
                         stop(driver)
                         stop(target, signal.SIGTERM)
-                    rounds.append({"target": label, "load": load, "keepalive": keepalive, "handshakes": handshakes})
+                    memory = {}
+                    if kind == "gateway" and args.ab_memory:
+                        # A fresh target for each: what holding connections costs, apart from what serving did.
+                        memory = {part: measure_memory(s, kind, n, watch, cwd=cwd)["kib_per_connection"]
+                                  for part, n, watch in (("idle_mtls", 2000, False), ("watches", 500, True))}
+                    rounds.append({"target": label, "load": load, "keepalive": keepalive, "handshakes": handshakes,
+                                   "memory_kib_per_connection": memory})
         finally:
             s.close()
     summary: dict = {}
@@ -234,6 +241,11 @@ def ab(args: argparse.Namespace) -> dict:
                 values = sorted(r[part][key] for r in mine)
                 summary[f"{label}_{part}_{key}_median"] = values[len(values) // 2]
     for label in ("other", "this"):
+        for part in ("idle_mtls", "watches"):
+            values = sorted(r["memory_kib_per_connection"][part] for r in rounds
+                            if r["target"] == label and r["memory_kib_per_connection"])
+            if values:
+                summary[f"{label}_{part}_kib_per_connection_median"] = values[len(values) // 2]
         for part in ("keepalive", "handshakes"):
             ratios = sorted(g[part]["rps"] / n[part]["rps"] for g, n in zip(
                 [r for r in rounds if r["target"] == label], [r for r in rounds if r["target"] == "nginx"]))
@@ -298,6 +310,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench/out/gateway.json", help="where to write the JSON results")
     parser.add_argument("--ab", default=None, help="another checkout whose gateway is measured against this one")
     parser.add_argument("--rounds", type=int, default=4, help="rounds of --ab (each measures all three targets)")
+    parser.add_argument("--ab-memory", action="store_true",
+                        help="--ab also measures memory per idle mTLS connection (2,000 held) and per watch (500)")
     g = sub.add_parser("serve-gateway")
     g.add_argument("config")
     st = sub.add_parser("stubs")

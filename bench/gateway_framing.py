@@ -18,6 +18,8 @@ module: when missing it is reported and skipped (`pip install h11` to compare).
 
 from __future__ import annotations
 
+import inspect
+
 import sys
 import time
 import timeit
@@ -63,7 +65,10 @@ class Own:
         # Relaying, the llhttp framer re-frames chunked bodies chunk by chunk; the regex one relayed them as they
         # came: both count the body bytes they hand on.
         self.decodes = decode
-        self.reader = module.RequestHeadReader(max_head_bytes=32768, max_headers=100, handover_prefix=b"/peering/v1/")
+        # The regex reader before handed peer calls over; the one engine reads them itself.
+        handover = {"handover_prefix": b"/peering/v1/"} if "handover_prefix" in inspect.signature(
+            module.RequestHeadReader).parameters else {}
+        self.reader = module.RequestHeadReader(max_head_bytes=32768, max_headers=100, **handover)
         self.framer = module.ResponseFramer(decode=decode)
 
     def request(self, data: bytes) -> bool:

@@ -91,9 +91,8 @@ async def measure(requests: int, rounds: int = 5) -> float:
     pool.idle.append(relay)
     real_relay_pool, state.relay_pool = state.relay_pool, pool  # type: ignore[assignment]
     client = MemoryTransport()
-    proto = EntranceProtocol(state, lambda: None)  # type: ignore[arg-type,return-value]
+    proto = EntranceProtocol(state, None, "fp")  # type: ignore[arg-type,return-value]
     proto.connection_made(client)
-    proto.peering_fp = "fp"
     best = float("inf")
     try:
         for _ in range(rounds):

@@ -1,5 +1,5 @@
-"""Where every entrance and egress request is admitted (DESIGN.md 7): one chain, called by both entrance paths
-(the raw path in entrance.py, the aiohttp path in listeners.py) and by the egress.
+"""Where every entrance and egress request is admitted (DESIGN.md 7): one chain, called by the entrance
+(entrance.py, calls.py) and by the egress (listeners.py).
 
     entrance: method -> peer (client certificate) -> header rules -> peer token (verified-token cache) -> consumer
               -> exchange decision -> the upstream request head
@@ -27,6 +27,7 @@ from contract.names import audience
 from contract.paths import EGRESS_PREFIX, PEER_OPS, PEER_PREFIX, RENEWAL_OP
 from gateway import catchup
 from gateway.headers import Fields, bearer, request_head, screen_request
+from gateway.heads import METHODS, method_message
 from gateway.registry import Peer
 from gateway.state import GatewayState
 from gateway.status import unknown_certificate
@@ -36,9 +37,6 @@ from gateway.tokens import VerifiedToken, check_expiry, claims_expiry, expired, 
 
 _EGRESS_PREFIX = EGRESS_PREFIX.encode()
 
-METHODS = frozenset({b"GET", b"HEAD", b"POST", b"PUT", b"PATCH", b"DELETE", b"OPTIONS"})
-"""The methods of the Kubernetes API: the one allow-list of both entrance paths and the egress (CONNECT, TRACE and
-anything else never reach an upstream)."""
 
 EGRESS_ROOTS = (b"/api", b"/apis", b"/openapi/v3")
 """What the egress forwards: these paths and those under them, and EGRESS_EXACT; the Kubernetes API and the
@@ -170,9 +168,11 @@ def _utc(seconds: float) -> str:
 
 
 def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | None, method: bytes, target: bytes,
-                   fields: Fields, length: int | None = None, chunked: bool = False) -> Admitted | NeedsExchange:
+                   fields: Fields, length: int | None = None, chunked: bool = False, *, until: float | None = None
+                   ) -> "Admitted | NeedsExchange | catchup.AwaitRegistry":
     """Admit a request of a peer's consumer to this cluster's API server, or raise the Refusal of the first rule
-    it fails. `target` is the origin-form target as sent; `length`/`chunked` describe a body."""
+    it fails. `target` is the origin-form target as sent; `length`/`chunked` describe a body; `until` is the
+    bound of a wait for a newer registry already begun (`AwaitRegistry`, `caught_up`)."""
     client.peer, client.capabilities, client.close = "-", "-", False  # client.begin(), inline on the hot path
     if method not in METHODS:
         raise _method_refused(method)
@@ -181,8 +181,7 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
     try:
         peer = entrance_peer(state, fingerprint)
     except Refusal as refusal:
-        return _certificate_coming(state, refusal, fingerprint, lambda: admit_entrance(
-            state, client, fingerprint, method, target, fields, length, chunked), b"watch" in target and is_watch(target))
+        return _certificate_coming(state, refusal, fingerprint, until)
     client.peer = peer.name
     now = time.time()
     certificate_until = certificate_in_force(peer, fingerprint, now)
@@ -203,12 +202,9 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
                                      max_bytes=limits.max_token_bytes)
         except Refusal as refusal:
             # A registry behind the status the peer's consumer acted on: wait for the next one (catchup.py).
-            if limits.registry_catch_up <= 0 or not catchup.entrance_may_lift(registry, peer, refusal, token):
+            if not _may_wait(state, until) or not catchup.entrance_may_lift(registry, peer, refusal, token):
                 raise
-            return catchup.NeedsRegistry(
-                refusal, registry.generation, lambda: admit_entrance(state, client, fingerprint, method, target,
-                                                                     fields, length, chunked),
-                b"watch" in target and is_watch(target), state.loop.time() + limits.registry_catch_up)
+            return _await_registry(state, refusal, until)
     elif verified.expires <= now:
         tokens.forget(token_hash)
         raise expired()
@@ -235,17 +231,38 @@ def admit_entrance(state: GatewayState, client: ClientState, fingerprint: str | 
 
 
 def _certificate_coming(state: GatewayState, refusal: Refusal, fingerprint: str | None,
-                        again: Callable[[], object], watch: bool) -> "catchup.NeedsRegistry":
+                        until: float | None) -> "catchup.AwaitRegistry":
     """A certificate of our CA that no live peering holds yet, while a ClusterPeer's exchange is under way: the
     peer may already use what it was issued before the registry has that peering (catchup.py); else `refusal`."""
-    registry, limits = state.registry, state.limits
-    if not registry.certificate_may_come(fingerprint, limits.registry_catch_up):
+    if not _may_wait(state, until) or not state.registry.certificate_may_come(fingerprint,
+                                                                             state.limits.registry_catch_up):
         raise refusal
-    return catchup.NeedsRegistry(refusal, registry.generation, again, watch, state.loop.time() + limits.registry_catch_up)
+    return _await_registry(state, refusal, until)
+
+
+def _may_wait(state: GatewayState, until: float | None) -> bool:
+    """Whether a refusal a newer registry may lift waits for one: catch-up on, and the wait's bound not passed."""
+    return state.limits.registry_catch_up > 0 and (until is None or state.loop.time() < until)
+
+
+def _await_registry(state: GatewayState, refusal: Refusal, until: float | None) -> "catchup.AwaitRegistry":
+    return catchup.AwaitRegistry(refusal, state.registry.generation,
+                                 state.loop.time() + state.limits.registry_catch_up if until is None else until)
+
+
+async def caught_up(state: GatewayState, decision: object, admit: Callable[..., object], *args: object) -> object:
+    """What `admit(*args)` (an admission function of this module, whose answer was `decision`) answers once
+    no `AwaitRegistry` is left: after each newer registry, or once the wait's bound has passed, the caller admits
+    the request again, passing the bound on. A decision that waits for nothing is returned as it is."""
+    while isinstance(decision, catchup.AwaitRegistry):
+        await catchup.newer_registry(state, decision.generation, decision.until)
+        decision = admit(*args, until=decision.until)
+    return decision
 
 
 def admit_peer_call(state: GatewayState, client: ClientState, fingerprint: str | None, method: str, target: str,
-                    now: float | None = None) -> "tuple[Peer, str] | catchup.NeedsRegistry":
+                    now: float | None = None, *, until: float | None = None
+                    ) -> "tuple[Peer, str] | catchup.AwaitRegistry":
     """A call of the peer protocol (`target` under /peering/v1/): the calling peer and the operation, or the wait
     for a registry that knows the calling certificate (a joiner delivers its half at once after the join). `now`
     (Unix seconds) is the time the certificate's dates are judged at: the clock's, unless given."""
@@ -253,8 +270,7 @@ def admit_peer_call(state: GatewayState, client: ClientState, fingerprint: str |
     try:
         peer = entrance_peer(state, fingerprint)
     except Refusal as refusal:
-        return _certificate_coming(state, refusal, fingerprint,
-                                   lambda: admit_peer_call(state, client, fingerprint, method, target, now), False)
+        return _certificate_coming(state, refusal, fingerprint, until)
     client.peer = peer.name
     op = target[len(PEER_PREFIX):].split("?", 1)[0]
     expected = PEER_OPS.get(op)
@@ -291,9 +307,10 @@ def egress_peer(state: GatewayState, target: bytes) -> tuple[Peer, bytes]:
 
 
 def admit_egress(state: GatewayState, client: ClientState, method: bytes, target: bytes, fields: Fields,
-                 length: int | None = None, chunked: bool = False) -> NeedsReview:
+                 length: int | None = None, chunked: bool = False, *, until: float | None = None
+                 ) -> "NeedsReview | catchup.AwaitRegistry":
     """Admit a local consumer's request to a peer's API (through its entrance) up to the TokenReview, or raise
-    the Refusal of the first rule it fails."""
+    the Refusal of the first rule it fails; `until` as for `admit_entrance`."""
     client.begin()
     if method not in METHODS:
         raise _method_refused(method)
@@ -301,27 +318,27 @@ def admit_egress(state: GatewayState, client: ClientState, method: bytes, target
         peer, path = egress_peer(state, target)
     except Refusal as refusal:
         # The ClusterPeer's Secret and status may be a moment ahead of this registry (catchup.py).
-        limits = state.limits
-        if limits.registry_catch_up <= 0 or not catchup.egress_peer_may_come(state.registry, refusal, target, fields,
-                                                                               limits.max_token_bytes):
+        if not _may_wait(state, until) or not catchup.egress_peer_may_come(state.registry, refusal, target, fields,
+                                                                             state.limits.max_token_bytes):
             raise
-        return catchup.NeedsRegistry(  # type: ignore[return-value]
-            refusal, state.registry.generation, lambda: admit_egress(state, client, method, target, fields, length,
-                                                                     chunked),
-            is_watch(target), state.loop.time() + limits.registry_catch_up)
+        return _await_registry(state, refusal, until)
     client.peer = peer.name
     forward, auth, client.close = screen_request(fields)
     limits = state.limits
     _check_body(length, limits.max_body_bytes)
     token = bearer(auth.decode("latin-1") if auth is not None else None, limits.max_token_bytes)
-    if not peer.effective and not (limits.registry_catch_up > 0 and catchup.egress_behind(state.registry, peer,
-                                                                                            token)):
+    # The consumer asks for a capability this registry does not serve yet: wait for one that does (catchup.py);
+    # past the wait's bound, the answer is this registry's (NoEffectiveCapability, or the review's).
+    behind = _may_wait(state, until) and catchup.egress_behind(state.registry, peer, token)
+    if not peer.effective and not behind:
         raise _no_effective(peer)
     claims = unverified_claims(token) or {}
     exp = claims_expiry(claims)
     if exp is not None:  # the entrance's rule: a TokenReview would still pass it for kube-apiserver's leeway
         check_expiry(exp, time.time())
     _check_audience(claims, peer)
+    if behind:
+        return _await_registry(state, _no_effective(peer), until)
     ttl = limits.token_review_ttl
     # A review is reused for its TTL, never past the token's own expiry.
     not_after = time.monotonic() + min(ttl, (exp - time.time()) if exp else ttl)
@@ -360,28 +377,20 @@ def _check_audience(claims: dict, peer: Peer) -> None:
 
 
 def _method_refused(method: bytes) -> Refusal:
-    return Refusal(405, reasons.METHOD_NOT_ALLOWED, f"method {method.decode('latin-1')[:20]} is not allowed through "
-                   "the peering gateway; the Kubernetes API takes GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS")
+    return Refusal(405, reasons.METHOD_NOT_ALLOWED, method_message(method))
 
 
 # ----- both -------------------------------------------------------------------------------------------------------
 async def complete(state: GatewayState, client: ClientState, decision: Decision) -> Admitted:
     """The Admitted of a decision, after the exchange or review it waits for (through the state's caches, which
-    share one call among concurrent requests of one token); the Refusal of that step otherwise."""
-    if isinstance(decision, catchup.NeedsRegistry):
-        decision = await decision.settle(state)  # type: ignore[assignment]
+    share one call among concurrent requests of one token); the Refusal of that step otherwise. A wait for a
+    registry is settled before (`caught_up`)."""
     if isinstance(decision, Admitted):
         return decision
     if isinstance(decision, NeedsExchange):
         exchanged = await state.exchange.get(decision.connector, decision.token_hash, decision.token,
                                              not_after=decision.not_after)
         return decision.admit(exchanged)
-    if state.limits.registry_catch_up > 0 and catchup.egress_behind(state.registry, decision.peer, decision.token):
-        # The consumer asks for a capability this registry does not serve yet: wait for one that does.
-        peer = await catchup.egress_caught_up(state, decision.peer, decision.token)
-        decision.peer, decision.key = peer, f"{peer.name}/{state.registry.generation}"
-    if not decision.peer.effective:
-        raise _no_effective(decision.peer)
     # The review answers the granted capabilities, joined by commas (tokenreview.TokenReviewer).
     client.capabilities = await state.reviews.get(decision.key, decision.token_hash, decision.token,
                                                   not_after=decision.not_after) or "-"

@@ -11,15 +11,16 @@ of a local consumer; at the entrance PeerUnknown for a certificate (TLS verified
 proxied request or a call of the peer protocol, while some ClusterPeer is not live yet (`Registry.pending`: its exchange is under way, and the peer may already use what
 it was issued), PeerIssuerUnknown before the peer's first offer; and TokenAudienceMismatch
 or NoEffectiveCapability for a capability that the ClusterPeer opens here, that exists here, is Accepted and
-lists the token's ServiceAccount as a consumer, but is not effective for the peer yet. Each newer registry
-admits the request again, and the first that lets it pass answers it; when none does in time, the original
-refusal is answered. Any other refusal is answered at once. Nothing here does I/O but waiting for a registry.
+lists the token's ServiceAccount as a consumer, but is not effective for the peer yet. Admission answers such a
+request `AwaitRegistry` (wait for a newer registry, at most until a time); its caller admits it again on each newer
+registry, and the first that lets it pass answers it; when none does in time, admitted once more it gets the
+original refusal. Any other refusal is answered at once. Nothing here does I/O but waiting for a registry.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from contract import reasons
 from contract.errors import Refusal
@@ -128,46 +129,14 @@ def egress_peer_may_come(registry: Registry, refusal: Refusal, target: bytes, fi
     return False
 
 
-class NeedsRegistry:
-    """A request refused (`refusal`) on registry `generation` in a way a newer registry may lift: `again()` admits
-    it once more. `watch` is the request's, as the other decisions carry it; once settled, it answers every other
-    attribute as the decision it settled into (the egress's caller reads the peer and account of it)."""
+class AwaitRegistry:
+    """Admission's answer for a request refused (`refusal`) on registry `generation` in a way a newer registry may
+    lift: wait for a registry other than `generation`, at most until `until` (loop time), then admit the request
+    again, passing `until` on (`admission.caught_up`). Admitted once more after `until`, the request gets the
+    answer of its registry without waiting: the refusal, or (the egress's capability not served yet) the
+    TokenReview. Plain data: it neither admits nor waits by itself."""
 
-    __slots__ = ("refusal", "generation", "again", "watch", "deadline", "settled")
+    __slots__ = ("refusal", "generation", "until")
 
-    def __init__(self, refusal: Refusal, generation: int, again: Callable[[], object], watch: bool,
-                 deadline: float) -> None:
-        self.refusal, self.generation, self.again, self.watch, self.deadline = (refusal, generation, again, watch,
-                                                                                 deadline)
-        self.settled: object = None
-
-    def __getattr__(self, name: str) -> object:
-        if self.settled is None:
-            raise AttributeError(name)
-        return getattr(self.settled, name)
-
-    async def settle(self, state: "GatewayState") -> object:
-        """The decision of the first newer registry that admits the request (or refuses it for another reason);
-        the original refusal if none comes in time."""
-        decision: object = self
-        while isinstance(decision, NeedsRegistry):
-            if not await newer_registry(state, decision.generation, self.deadline):
-                raise decision.refusal
-            decision = decision.again()
-        self.settled = decision
-        return decision
-
-
-async def egress_caught_up(state: "GatewayState", peer: Peer, token: str) -> Peer:
-    """The peer as the first registry that serves the consumer's capability has it, or as the last one when none
-    does within `Limits.registry_catch_up` (its refusal is then the TokenReview's or NoEffectiveCapability)."""
-    deadline = asyncio.get_running_loop().time() + state.limits.registry_catch_up
-    while True:
-        registry = state.registry
-        current = registry.peers.get(peer.name)
-        if current is None:
-            return peer
-        peer = current
-        if not egress_behind(registry, peer, token) or not await newer_registry(state, registry.generation,
-                                                                                 deadline):
-            return peer
+    def __init__(self, refusal: Refusal, generation: int, until: float) -> None:
+        self.refusal, self.generation, self.until = refusal, generation, until

@@ -1,8 +1,9 @@
 """The entrance's open connections by client certificate fingerprint: the per-peer limit, the closing of a
 connection whose certificate no live peering holds right after its handshake (unless an exchange is under way, when
 that certificate may be one in a moment: `Registry.certificate_may_come`), and the closing of a peer's connections the
-moment it leaves the registry. A connection is tracked from the handshake on, on the raw path and after a handover
-to the aiohttp path alike."""
+moment it leaves the registry. A connection is its TLS stream (the transport of whichever protocol serves it), tracked
+from the handshake to the end of its TCP connection, as the acceptor reports them (`tls.TLSAcceptor`'s `on_connect`
+and `on_lost`); nothing is kept on the stream or its protocol."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class PeerConnections:
         self._registry = registry
         self._catch_up = catch_up
         self._by_fp: dict[str | None, set[Any]] = {}
+        self._fp_of: dict[Any, str | None] = {}
 
     def admit(self, transport: asyncio.BaseTransport) -> str | None | bool | bytes:
         """After the handshake: the client certificate's fingerprint; False over the peer's limit (the connection
@@ -45,21 +47,24 @@ class PeerConnections:
             return False
         return fp
 
-    def track(self, proto: Any, fp: str | None) -> None:
-        """`proto` (an HTTP protocol of the entrance) serves the peer of `fp` until it calls `tls.connection_ended`."""
-        proto.peering_fp = fp
-        self._by_fp.setdefault(fp, set()).add(proto)
-        proto.peering_on_lost = self.untrack
+    def track(self, stream: asyncio.Transport, fp: str | None) -> None:
+        """`stream` (an entrance connection, once admitted) serves the peer of `fp` until `untrack`."""
+        self._fp_of[stream] = fp
+        self._by_fp.setdefault(fp, set()).add(stream)
 
-    def untrack(self, proto: Any) -> None:
-        conns = self._by_fp.get(proto.peering_fp)
+    def untrack(self, stream: asyncio.Transport) -> None:
+        """`stream`'s TCP connection ended."""
+        if stream not in self._fp_of:
+            return
+        fp = self._fp_of.pop(stream)
+        conns = self._by_fp.get(fp)
         if conns is not None:
-            conns.discard(proto)
+            conns.discard(stream)
             if not conns:
-                del self._by_fp[proto.peering_fp]
+                del self._by_fp[fp]
 
     def of(self, fp: str | None) -> frozenset:
-        """The open connections of the peer of `fp`."""
+        """The open connections (TLS streams) of the peer of `fp`."""
         return frozenset(self._by_fp.get(fp, ()))
 
     def count(self) -> int:
@@ -70,12 +75,10 @@ class PeerConnections:
         live = set(live)
         for fp in [fp for fp in self._by_fp if fp not in live]:
             for conn in list(self._by_fp.get(fp, ())):
-                if conn.transport is not None:
-                    self._metrics.revoked.inc()
-                    conn.transport.abort()
+                self._metrics.revoked.inc()
+                conn.abort()
 
     def abort_all(self) -> None:
         for conns in list(self._by_fp.values()):
             for conn in list(conns):
-                if conn.transport is not None:
-                    conn.transport.abort()
+                conn.abort()

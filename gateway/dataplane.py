@@ -17,9 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from contract import reasons
 from gateway.config import GatewayConfig
 from gateway.entrance import EntranceProtocol
-from gateway.admission import known_peer
 from gateway.http import HTTPProtocol, HTTPServer, status_response
-from gateway.listeners import Egress, Entrance, Join
+from gateway.listeners import Egress, Join
 from gateway.metrics import Metrics
 from gateway.protocol import ControlHandlers
 from gateway.registry import Registry
@@ -79,21 +78,19 @@ class DataPlane:
         http_kwargs = dict(max_line_size=limits.max_header_bytes, max_field_size=limits.max_header_bytes,
                            max_headers=limits.max_headers, keepalive_timeout=limits.idle_timeout,
                            auto_decompress=False, read_bufsize=_CHUNK, head_timeout=limits.request_head_timeout)
-        entrance_http = HTTPServer(Entrance(state, self.handlers), on_refused=_refused_head(state, "entrance"),
-                                   **http_kwargs)
         egress_http = HTTPServer(Egress(state), on_refused=_refused_head(state, "egress"), **http_kwargs)
         join_http = HTTPServer(Join(state, self.handlers), on_refused=_refused_head(state, "join"), **http_kwargs)
         ops_http = HTTPServer(self._ops, **http_kwargs)
-        self._http = [entrance_http, egress_http, join_http, ops_http]
+        self._http = [egress_http, join_http, ops_http]
         count = self.metrics.handshake_failures
         entrance = TLSAcceptor(name="entrance", context=lambda: self._certs and self._certs.entrance,
-                               make_protocol=lambda: EntranceProtocol(state, entrance_http),
+                               make_protocol=lambda fp: EntranceProtocol(state, self.handlers, fp),
                                admit=state.connections.admit,
                                count_failure=lambda reason: count.labels("entrance", reason).inc(),
                                handshake_timeout=limits.handshake_timeout, max_connections=limits.max_connections,
-                               on_connect=state.connections.track)
+                               on_connect=state.connections.track, on_lost=state.connections.untrack)
         egress = TLSAcceptor(name="egress", context=lambda: self._certs and self._certs.egress,
-                             make_protocol=egress_http, admit=lambda transport: True,
+                             make_protocol=lambda admitted: egress_http(), admit=lambda transport: True,
                              count_failure=lambda reason: count.labels("egress", reason).inc(),
                              handshake_timeout=limits.handshake_timeout, max_connections=limits.max_connections)
         self._acceptors = [entrance, egress]
@@ -165,6 +162,6 @@ class DataPlane:
 
 
 def _refused_head(state: GatewayState, listener: str) -> Callable[[HTTPProtocol, int, str], None]:
-    """What accounts for a request of `listener` that the HTTP edge refused before its handler saw it."""
-    return lambda proto, code, reason: state.accounting.refused_head(listener, known_peer(state, proto.peering_fp),
-                                                                     code, reason)
+    """What accounts for a request of `listener` that the HTTP edge refused before its handler saw it (no peer:
+    neither the egress's nor the join's clients are peers)."""
+    return lambda proto, code, reason: state.accounting.refused_head(listener, "-", code, reason)

@@ -1,53 +1,57 @@
-"""The entrance's hot path: a raw-bytes HTTP/1.1 protocol for plain requests of a peer's consumers.
+"""The entrance's HTTP/1.1 protocol: everything a peer sends is served here, on raw bytes.
 
-aiohttp's server builds a request object, a header multidict, a URL, a response object and a writer per request,
-and its client side the same again; for a proxy whose answers are the upstream's own bytes that is most of the
-CPU a request costs. This protocol only moves bytes: the request heads are read by `framing.RequestHeadReader`,
-each request is admitted by `admission.admit_entrance` (the same chain the aiohttp path calls), its upstream head
-goes to a pooled connection of `relay.RelayPool`, and the answer comes back as bytes through `relay.Relay`.
-
-Only the plainest requests take this path: HTTP/1.1, a method without a body (GET, HEAD, DELETE, OPTIONS), no
-Content-Length, Transfer-Encoding or Expect, a head within the size limits and made of well-formed fields. For
-anything else (bodies, peer calls under /peering/v1/, malformed or oversized heads, HTTP/1.0) the connection is
-handed, from that request on, to the aiohttp server path, which answers it exactly as before.
+aiohttp's server builds a request object, a header multidict, a URL, a response object and a writer per request;
+for a proxy whose answers are the upstream's own bytes that is most of the CPU a request costs. This protocol only
+moves bytes: request heads are read by `framing.RequestHeadReader` (what it cannot read safely is refused, and the
+connection ends), admitted by `admission.admit_entrance`, the upstream head goes to a pooled connection of
+`relay.RelayPool` with the body after it (`upload.Upload`, relayed as the client framed it), and the answer comes
+back as bytes through `relay.Relay`; calls of the peer protocol under /peering/v1/ are answered here too
+(`calls.PeerCalls`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Any
 
 from contract import reasons
 from contract.errors import Refusal
 from contract.paths import PEER_PREFIX
 from gateway.accounting import ANSWERED, CLIENT_CLOSED, CLIENT_CLOSED_CODE, INTERRUPTED, REFUSED, WITHDRAWN
-from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entrance, closes_connection, complete,
-                               known_peer, not_held)
+from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entrance, caught_up, closes_connection,
+                               complete, known_peer, not_held)
+from gateway.calls import PeerCalls
+from gateway.catchup import AwaitRegistry
 from gateway.authority import request_namespace
-from gateway.framing import HANDOVER, NEED_DATA, UNTIL_CLOSE, Request, RequestHeadReader, ResponseHead
+from gateway.framing import NEED_DATA, UNTIL_CLOSE, Refused, Request, RequestHeadReader, ResponseHead
+from gateway.protocol import ControlHandlers
 from gateway.relay import Relay
 from gateway.state import GatewayState
 from gateway.status import status_answer, upstream_refusal
-from gateway.tls import connection_ended
+from gateway.upload import Uploading
 from gateway.upstream import UpstreamError
 
 _PEER_PREFIX = PEER_PREFIX.encode()
 
 
-class EntranceProtocol(asyncio.Protocol):
-    """One mTLS client connection of the entrance, served on raw bytes until a request needs the aiohttp path."""
+class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
+    """One mTLS client connection of the entrance, served on raw bytes."""
 
-    __slots__ = ("state", "fallback", "transport", "peering_fp", "peering_on_lost", "reader", "client", "busy",
+    __slots__ = ("state", "handlers", "call", "transport", "peering_fp", "reader", "client", "busy",
                  "relay", "task", "close_after", "last", "timer", "paused", "reading_paused", "code", "method",
-                 "path", "start", "watch", "handed", "head", "retried", "head_timer", "outcome")
+                 "path", "start", "watch", "head", "retried", "head_timer", "outcome", "upload",
+                 "body_held")
 
-    def __init__(self, state: GatewayState, fallback: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(self, state: GatewayState, handlers: ControlHandlers,
+                 peering_fp: str | None) -> None:
         self.state = state
-        self.fallback = fallback
+        self.handlers = handlers
+        #: A peer call's request and admission, waiting for the rest of its body.
+        self.call: tuple[Request, object] | None = None
         self.transport: Any = None
-        self.peering_fp: str | None = None
-        self.peering_on_lost: Callable | None = None
+        #: The client certificate's fingerprint (the connection's, from its handshake).
+        self.peering_fp = peering_fp
         # Made with the first bytes and the first request: a connection that only holds costs neither.
         self.reader: RequestHeadReader | None = None
         self.client: ClientState | None = None
@@ -67,10 +71,13 @@ class EntranceProtocol(asyncio.Protocol):
         self.path = b""
         self.start = 0.0
         self.watch = False
-        self.handed = False
         self.head = b""
         self.retried = False
         self.head_timer: asyncio.TimerHandle | None = None
+        #: The body of the request in progress (made with the first request that has one).
+        self.upload: Upload | None = None
+        #: The client is not read while a body waits for an upstream that does not take it yet.
+        self.body_held = False
 
     # ----- connection -------------------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -81,12 +88,12 @@ class EntranceProtocol(asyncio.Protocol):
 
     def _idle_check(self) -> None:
         self.timer = None
-        if self.transport is None or self.handed:
+        if self.transport is None:
             return
         loop = self.state.loop
         due = self.last + self.state.limits.idle_timeout
         if not self.busy and loop.time() >= due:
-            self.transport.close()  # an idle keep-alive connection: closed as the aiohttp path does
+            self.transport.close()  # an idle keep-alive connection: closed after `idle_timeout`, as aiohttp's listeners do
             return
         self.timer = loop.call_at(max(due, loop.time() + 1), self._idle_check)
 
@@ -95,16 +102,28 @@ class EntranceProtocol(asyncio.Protocol):
         if reader is None:
             limits = self.state.limits
             reader = self.reader = RequestHeadReader(max_head_bytes=limits.max_header_bytes,
-                                                     max_headers=limits.max_headers, handover_prefix=_PEER_PREFIX)
-        reader.feed(data)
+                                                     max_headers=limits.max_headers)
+        upload = self.upload
+        if upload is not None and upload.open:
+            if not self._feed_body(data) or upload.open:
+                return
+            if self.call is not None:
+                self._call(*self.call)  # the peer call's body is complete
+        else:
+            reader.feed(data)
         if not self.busy:
             self._next()
         elif len(reader.buffer) > self.state.limits.max_header_bytes and not self.reading_paused:
             self.reading_paused = True  # a client sending ahead of its answers waits for them
-            self.transport.pause_reading()
+            self._reading()
 
-    def eof_received(self) -> bool:
-        return False
+    def _reading(self) -> None:
+        """Read the client unless it sends ahead of its answers, or its body waits for the upstream."""
+        if self.transport is not None:
+            if self.reading_paused or self.body_held:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -117,8 +136,6 @@ class EntranceProtocol(asyncio.Protocol):
             self.relay.resume_reading()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self.handed:
-            return
         self.transport = None
         if self.timer is not None:
             self.timer.cancel()
@@ -137,7 +154,6 @@ class EntranceProtocol(asyncio.Protocol):
                 self.state.metrics.watches.labels("entrance", self.client.peer).dec()
             # The client went away (it ended its watch), unless the gateway cut it for a withdrawal.
             self._finish(self.code or CLIENT_CLOSED_CODE, self.outcome or CLIENT_CLOSED)
-        connection_ended(self)
 
     # ----- requests ---------------------------------------------------------------------------------------
     def _next(self) -> None:
@@ -145,8 +161,8 @@ class EntranceProtocol(asyncio.Protocol):
             event = self.reader.next_event()
             if event is NEED_DATA:
                 break
-            if event is HANDOVER:
-                self._handover()  # the aiohttp path answers it (a 431 for an oversized head) or waits for the rest
+            if type(event) is Refused:
+                self._refuse_head(event.code, event.reason, event.message)  # type: ignore[union-attr]
                 return
             self.last = self.state.loop.time()
             if self.head_timer is not None:
@@ -157,7 +173,7 @@ class EntranceProtocol(asyncio.Protocol):
                 self.head_timer = self.state.loop.call_later(self.state.limits.request_head_timeout, self._head_late)
             if self.reading_paused:
                 self.reading_paused = False
-                self.transport.resume_reading()
+                self._reading()
 
     def _head_done(self) -> None:
         if self.head_timer is not None:
@@ -167,35 +183,19 @@ class EntranceProtocol(asyncio.Protocol):
     def _head_late(self) -> None:
         """A request head not complete in time (a slow client trickling it): 408, and the connection ends."""
         self.head_timer = None
-        if self.transport is None or self.busy or self.handed:
+        if self.transport is None or self.busy:
             return
         limit = self.state.limits.request_head_timeout
-        self.transport.write(status_answer(408, reasons.REQUEST_TIMEOUT, f"the request head was not complete within "
-                                           f"{limit:g} s; send the whole head at once", close=True))
-        self.transport.close()
-        self.state.accounting.refused_head("entrance", known_peer(self.state, self.peering_fp), 408,
-                                           reasons.REQUEST_TIMEOUT)
+        self._refuse_head(408, reasons.REQUEST_TIMEOUT, f"the request head was not complete within {limit:g} s; "
+                          "send the whole head at once")
 
-    def _handover(self) -> None:
-        """Give this connection, from the request at the start of the buffer on, to the aiohttp path."""
-        connections = self.state.connections
-        self.handed = True
-        self._head_done()  # the aiohttp path keeps its own deadline from here
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        proto: Any = self.fallback()
-        self.peering_on_lost = None
-        connections.untrack(self)
-        transport, self.transport = self.transport, None
-        if self.reading_paused:
-            transport.resume_reading()
-        transport.set_protocol(proto)
-        proto.connection_made(transport)
-        connections.track(proto, self.peering_fp)
-        buf = self.reader.take()
-        if buf:
-            proto.data_received(buf)
+    def _refuse_head(self, code: int, reason: str, message: str) -> None:
+        """A request head refused before admission (too slow, too large, malformed): answered, and the connection
+        ends, as what follows cannot be told apart from the rest of it."""
+        self._head_done()
+        self.transport.write(status_answer(code, reason, message, close=True))
+        self.transport.close()
+        self.state.accounting.refused_head("entrance", known_peer(self.state, self.peering_fp), code, reason)
 
     def _request(self, request: Request) -> None:
         state = self.state
@@ -210,15 +210,27 @@ class EntranceProtocol(asyncio.Protocol):
         client = self.client
         if client is None:
             client = self.client = ClientState()
+        if request.expects_continue and request.has_body:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # its body follows once the client reads this
+        if request.target.startswith(_PEER_PREFIX):
+            self._peer_call(request, client)
+            return
         try:
-            decision = admit_entrance(state, client, self.peering_fp, request.method, request.target, request.fields)
+            decision = admit_entrance(state, client, self.peering_fp, request.method, request.target, request.fields,
+                                      request.length, request.chunked)
         except Refusal as refusal:
             self.close_after = client.close
-            self._refuse(refusal)
+            if not request.has_body or self._open_body(request, keep=False):
+                self._refuse(refusal)
             return
         self.close_after = client.close
-        self.watch = decision.watch
+        if request.has_body and not self._open_body(request, keep=True):
+            return
         head_only = request.method == b"HEAD"
+        if isinstance(decision, AwaitRegistry):
+            self.task = state.loop.create_task(self._slow(decision, head_only, request))
+            return
+        self.watch = decision.watch
         if isinstance(decision, Admitted):
             self.head = decision.head
             relay = state.relay_pool.take()
@@ -227,13 +239,25 @@ class EntranceProtocol(asyncio.Protocol):
                 return
         self.task = state.loop.create_task(self._slow(decision, head_only))
 
-    async def _slow(self, decision: Admitted | NeedsExchange | None, head_only: bool) -> None:
-        """The parts of a request that wait: a token exchange at Dex, a new upstream connection."""
+    async def _slow(self, decision: Admitted | NeedsExchange | AwaitRegistry | None, head_only: bool,
+                    request: Request | None = None) -> None:
+        """The parts of a request that wait: a newer registry (`request` is admitted again on it), a token
+        exchange at Dex, a new upstream connection."""
         state = self.state
         try:
+            if isinstance(decision, AwaitRegistry):
+                decision = await caught_up(state, decision, admit_entrance, state, self.client, self.peering_fp,
+                                           request.method, request.target, request.fields,  # type: ignore[union-attr]
+                                           request.length, request.chunked)  # type: ignore[union-attr]
+                self.close_after = self.client.close
+                self.watch = decision.watch  # type: ignore[union-attr]
             if decision is not None:
-                self.head = (await complete(state, self.client, decision)).head
-            relay = state.relay_pool.take() or await state.relay_pool.connect()
+                self.head = (await complete(state, self.client, decision)).head  # type: ignore[arg-type]
+            relay = state.relay_pool.take()
+            if relay is None:
+                relay = await state.relay_pool.connect()
+                # A body sent on a fresh connection that fails is not sent again: that upstream really failed.
+                self.retried = self.retried or (self.upload is not None and self.upload.active)
         except Refusal as refusal:
             self.task = None
             self._refuse(refusal)
@@ -256,13 +280,22 @@ class EntranceProtocol(asyncio.Protocol):
             self._refuse(not_held(self.client.authority))
             return
         self.relay = relay
-        relay.start(self, self.head, head_only)
+        upload = self.upload
+        body = upload is not None and upload.active
+        relay.start(self, self.head, head_only, body)
+        if body:
+            upload.attach(relay)  # type: ignore[union-attr]
+            if self.body_held:
+                self.body_held = False
+                self._reading()
         if self.paused:
             relay.pause_reading()
 
     # ----- callbacks of the relay (relay.RelayOwner) ------------------------------------------------------
     def response_started(self, head: ResponseHead) -> None:
         self.code = head.code
+        if self.upload is not None:
+            self.upload.answered()
         if head.framing == UNTIL_CLOSE:
             self.close_after = True  # the body ends when the upstream closes: so does the client's connection
         self.head = b""  # kept only to retry on a fresh connection before any answer; a watch holds no copy
@@ -271,6 +304,8 @@ class EntranceProtocol(asyncio.Protocol):
 
     def response_done(self) -> None:
         relay, self.relay = self.relay, None
+        if self.upload is not None:
+            self.upload.detach()
         if relay is not None and self.paused:
             relay.resume_reading()
         if self.watch and self.code:
@@ -279,6 +314,8 @@ class EntranceProtocol(asyncio.Protocol):
 
     def upstream_failed(self, err: UpstreamError, got: bool) -> None:
         self.relay = None
+        if self.upload is not None:
+            self.upload.detach()
         if self.code:
             # The answer had started: the only honest signal left is to cut the client's connection.
             self.state.accounting.upstream_error("entrance", "stream")
@@ -302,14 +339,14 @@ class EntranceProtocol(asyncio.Protocol):
         self._refuse(upstream_refusal(err))
 
     # ----- answers ------------------------------------------------------------------------------------------
-    def _refuse(self, refusal: Refusal) -> None:
+    def _refuse(self, refusal: Refusal, outcome: str = REFUSED) -> None:
         close = closes_connection(refusal)
         if self.transport is not None:
             self.transport.write(status_answer(refusal.code, refusal.reason, refusal.message,
                                                close=close or self.close_after, retry_after=refusal.retry_after))
         if close:
             self.close_after = True
-        self._end(refusal.code, REFUSED, refusal.reason)
+        self._end(refusal.code, outcome, refusal.reason)
 
     def _withdrawn(self) -> None:
         """What admitted the request in progress was withdrawn (authority.OpenStreams): the connection ends."""
@@ -323,16 +360,24 @@ class EntranceProtocol(asyncio.Protocol):
         self.busy = False
         self._finish(code, outcome, reason)
         self.last = self.state.loop.time()
+        upload = self.upload
+        if upload is not None:
+            upload.drop()
+        if self.body_held:
+            self.body_held = False
+            self._reading()
         if self.transport is None:
             return
         if self.close_after:
             self.transport.close()
             return
+        if upload is not None and upload.open:
+            return  # the rest of its body is read and dropped first
         if self.reader.buffer:
             self._next()
         elif self.reading_paused:
             self.reading_paused = False
-            self.transport.resume_reading()
+            self._reading()
 
     def _finish(self, code: int, outcome: str, reason: str | None = None) -> None:
         accounting = self.state.accounting

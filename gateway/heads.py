@@ -14,12 +14,10 @@ import re
 
 import httptools
 
+from contract import reasons
 from gateway.headers import connection_tokens, response_drop, response_fields
 
-_PLAIN_METHODS = frozenset({b"GET", b"HEAD", b"DELETE", b"OPTIONS"})
 _TARGET = re.compile(rb"/[\x21-\x7e]*")
-# Request fields that send a request to the aiohttp path: a body, or an interim answer to give.
-_NOT_PLAIN = frozenset({b"content-length", b"transfer-encoding", b"expect"})
 _OWS = b" \t"
 
 MAX_RESPONSE_HEAD = 64 * 1024
@@ -39,26 +37,72 @@ class _Sentinel:
 
 NEED_DATA = _Sentinel("NEED_DATA")
 """The reader needs more bytes before it can say anything."""
-HANDOVER = _Sentinel("HANDOVER")
-"""The request at the start of the buffer is not one the raw path serves: hand the connection over."""
+
+
+class Refused:
+    """A request head the reader refuses: the answer's code, reason and message; the connection ends after it,
+    since what follows cannot be told apart from the rest of this request."""
+
+    __slots__ = ("code", "reason", "message")
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        self.code, self.reason, self.message = code, reason, message
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Refused) and (self.code, self.reason) == (other.code, other.reason)
+
+    def __repr__(self) -> str:
+        return f"Refused({self.code}, {self.reason})"
+
+
+TOO_LARGE_MESSAGE = "the request line or headers are too large or too many; send fewer or shorter headers"
+AMBIGUOUS_MESSAGE = "the request has both Content-Length and Transfer-Encoding; send exactly one of them"
+MALFORMED_MESSAGE = "the request is not valid HTTP/1.1: "
+TOO_LARGE = Refused(431, reasons.REQUEST_HEADER_FIELDS_TOO_LARGE, TOO_LARGE_MESSAGE)
+AMBIGUOUS = Refused(400, reasons.AMBIGUOUS_BODY_LENGTH, AMBIGUOUS_MESSAGE)
+
+
+METHODS = frozenset({b"GET", b"HEAD", b"POST", b"PUT", b"PATCH", b"DELETE", b"OPTIONS"})
+"""The methods of the Kubernetes API: the one allow-list of the entrance and the egress (CONNECT, TRACE and
+anything else never reach an upstream)."""
+
+
+def method_message(method: bytes) -> str:
+    return (f"method {method.decode('latin-1')[:20]} is not allowed through the peering gateway; the Kubernetes API "
+            "takes GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS")
+
+
+def malformed(detail: str) -> Refused:
+    return Refused(400, reasons.MALFORMED_REQUEST, MALFORMED_MESSAGE + detail[:200])
 
 
 class Request:
-    """A plain request head: method, origin-form target and the fields exactly as they came."""
+    """A request head the raw path serves: method, origin-form target, the fields exactly as they came, and how a
+    body follows it (`length`, its Content-Length, None without one; `chunked`), as `request_framing` read it."""
 
-    __slots__ = ("method", "target", "fields")
+    __slots__ = ("method", "target", "fields", "length", "chunked", "expects_continue")
 
-    def __init__(self, method: bytes, target: bytes, fields: Fields) -> None:
+    def __init__(self, method: bytes, target: bytes, fields: Fields, length: int | None = None,
+                 chunked: bool = False, expects_continue: bool = False) -> None:
         self.method = method
         self.target = target
         self.fields = fields
+        self.length = length
+        self.chunked = chunked
+        #: Expect: 100-continue: the client waits for an interim answer before it sends the body.
+        self.expects_continue = expects_continue
+
+    @property
+    def has_body(self) -> bool:
+        return self.chunked or bool(self.length)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Request) and (self.method, self.target, self.fields) == (
-            other.method, other.target, other.fields)
+        return isinstance(other, Request) and (self.method, self.target, self.fields, self.length,
+                                               self.chunked) == (other.method, other.target, other.fields,
+                                                                 other.length, other.chunked)
 
     def __repr__(self) -> str:
-        return f"Request({self.method!r}, {self.target!r}, {self.fields!r})"
+        return f"Request({self.method!r}, {self.target!r}, {self.fields!r}, {self.length!r}, {self.chunked!r})"
 
 
 class _HeadParser:
@@ -107,46 +151,92 @@ class _HeadParser:
 _REQUESTS = _HeadParser(httptools.HttpRequestParser)
 
 
-def _parse_request(head: bytes, max_headers: int) -> Request | None:
-    """The plain request of `head` (with its final CRLF CRLF), or None when the raw path does not serve it."""
+def _parse_request(head: bytes, max_headers: int) -> Request | Refused:
+    """The request of `head` (with its final CRLF CRLF), or the refusal of a head the raw path cannot read safely."""
     shared = _REQUESTS
     try:
         parser = shared.feed(head)
     except httptools.HttpParserUpgrade:
         parser = shared.parser  # llhttp stops at an upgrade; the request is plain all the same, admission refuses it
-    except httptools.HttpParserError:
+    except httptools.HttpParserError as exc:
         shared.take()
-        return None
+        text = str(exc)
+        lowered = text.lower()
+        return AMBIGUOUS if "content-length" in lowered and "transfer-encoding" in lowered else malformed(text)
+    complete = shared.complete
     url, _, fields = shared.take()
+    if len(fields) > max_headers:
+        return TOO_LARGE
     method = parser.get_method()
-    if (method not in _PLAIN_METHODS or parser.get_http_version() != "1.1" or len(fields) > max_headers
-            or _TARGET.fullmatch(url) is None):
-        return None
-    for name, _ in fields:
-        if name.lower() in _NOT_PLAIN:
-            return None
-    return Request(method, url, fields)
+    if method not in METHODS:  # whatever its target or version: CONNECT and TRACE are refused for what they are
+        return Refused(405, reasons.METHOD_NOT_ALLOWED, method_message(method))
+    version = parser.get_http_version()
+    if not complete or version != "1.1":
+        return malformed(f"HTTP/{version} is not served; send HTTP/1.1" if complete else "not a whole head")
+    if _TARGET.fullmatch(url) is None:
+        return malformed("the target is not an origin-form path of printable characters")
+    expects_continue = False
+    for name, value in fields:
+        if name.lower() == b"expect":
+            if value.lower() != b"100-continue":
+                return malformed("the only expectation served is 100-continue")
+            expects_continue = True
+    try:
+        length, chunked = request_framing(fields)
+    except AmbiguousLength:
+        return AMBIGUOUS
+    except FramingError as exc:
+        return malformed(str(exc))
+    return Request(method, url, fields, length, chunked, expects_continue)
+
+
+def request_framing(fields: Fields) -> tuple[int | None, bool]:
+    """How a request's body is framed: its Content-Length (None without one) and whether it is chunked; a
+    FramingError for what cannot be read safely (a Content-Length that is not one number, several that differ,
+    a transfer coding other than one `chunked`, both framings at once: `AmbiguousLength`)."""
+    length: int | None = None
+    coded = False
+    for name, value in fields:
+        low = name.lower()
+        if low == b"content-length" or low == b"transfer-encoding":
+            length, coded = _framing_field(low, value, length, coded)
+    if coded and length is not None:
+        raise AmbiguousLength("Content-Length with Transfer-Encoding")
+    return length, coded
+
+
+def _framing_field(low: bytes, value: bytes, length: int | None, coded: bool) -> tuple[int | None, bool]:
+    """What a Content-Length or Transfer-Encoding field (`low`, its lowercased name) adds to the framing read so
+    far, for a request and an answer alike: one length (repeats must agree), or one plain `chunked` (another coding
+    would have to be restated exactly, and neither side of the gateway sends one); a FramingError otherwise."""
+    if low == b"content-length":
+        if not value.isdigit() or len(value) > 15 or (length is not None and int(value) != length):
+            raise FramingError("bad Content-Length")
+        return int(value), coded
+    if coded or value.lower() != b"chunked":
+        raise FramingError("unsupported transfer coding")
+    return length, True
 
 
 class RequestHeadReader:
     """Request heads of one client connection, from the bytes as they arrive.
 
-    `next_event()` answers a `Request` (its bytes are consumed), `NEED_DATA`, or `HANDOVER` for a request the raw
-    path does not serve: one that is not plain, a head over `max_head_bytes`, or a target under
-    `handover_prefix` (the peer protocol). After `HANDOVER` the bytes from that request on are in `take()`."""
+    `next_event()` answers a `Request` (its head's bytes are consumed; a body that follows is the caller's to read,
+    framing.RequestBodyReader, from `take()`), `NEED_DATA`, or `Refused` for a head the raw path cannot read
+    safely: not HTTP/1.1, not an origin-form target, malformed, with a body framing it cannot read or an Expect it
+    does not serve, or over `max_head_bytes` or `max_headers`. Nothing is consumed after a `Refused`."""
 
-    __slots__ = ("buffer", "max_head_bytes", "max_headers", "handover_prefix")
+    __slots__ = ("buffer", "max_head_bytes", "max_headers")
 
-    def __init__(self, *, max_head_bytes: int, max_headers: int, handover_prefix: bytes | None = None) -> None:
+    def __init__(self, *, max_head_bytes: int, max_headers: int) -> None:
         self.buffer = b""
         self.max_head_bytes = max_head_bytes
         self.max_headers = max_headers
-        self.handover_prefix = handover_prefix
 
     def feed(self, data: bytes) -> None:
         self.buffer = self.buffer + data if self.buffer else data
 
-    def next_event(self) -> Request | _Sentinel:
+    def next_event(self) -> Request | Refused | _Sentinel:
         buf = self.buffer
         if not buf:
             return NEED_DATA
@@ -154,24 +244,22 @@ class RequestHeadReader:
         if end < 0:
             # The CRLF CRLF may start up to 3 bytes before the buffer's end: past that, it would end over the limit
             # however the bytes were split.
-            return HANDOVER if len(buf) > self.max_head_bytes + 3 else NEED_DATA
+            return TOO_LARGE if len(buf) > self.max_head_bytes + 3 else NEED_DATA
         if end > self.max_head_bytes:
-            return HANDOVER
+            return TOO_LARGE
         request = _parse_request(buf[:end + 4], self.max_headers)
-        if request is None or (self.handover_prefix is not None
-                               and request.target.startswith(self.handover_prefix)):
-            return HANDOVER
-        self.buffer = buf[end + 4:]
+        if type(request) is Request:
+            self.buffer = buf[end + 4:]
         return request
 
     def take(self) -> bytes:
-        """The bytes not consumed yet (for the aiohttp path after `HANDOVER`)."""
+        """The bytes not consumed yet (a body's, for its reader)."""
         buf, self.buffer = self.buffer, b""
         return buf
 
 
-def parse_request_head(head: bytes, max_headers: int) -> Request | None:
-    """The plain request in `head` (without its final CRLF CRLF), or None when the raw path does not serve it."""
+def parse_request_head(head: bytes, max_headers: int) -> Request | Refused:
+    """The request in `head` (without its final CRLF CRLF), or the refusal of a head the raw path cannot read."""
     return _parse_request(head + b"\r\n\r\n", max_headers)
 
 
@@ -181,7 +269,11 @@ LENGTH, CHUNKED, UNTIL_CLOSE, NO_BODY = "length", "chunked", "until-close", "no-
 
 
 class FramingError(ValueError):
-    """An answer that cannot be relayed safely; the message says what was wrong with it."""
+    """A message that cannot be relayed safely; the message says what was wrong with it."""
+
+
+class AmbiguousLength(FramingError):
+    """A request with both Content-Length and Transfer-Encoding."""
 
 
 class ResponseHead:
@@ -232,18 +324,10 @@ def response_head(version: str, code: int, reason: bytes, fields: Fields, head_o
             named = tokens if named is None else named | tokens
             if b"close" in tokens:
                 keep_alive = False
-        elif low == b"content-length":
-            if not value.isdigit() or (length is not None and int(value) != length):
-                raise FramingError("bad Content-Length")
-            length = int(value)
-        elif low == b"transfer-encoding":
-            # Only plain chunked framing is relayed: another coding (gzip, chunked) would have to be restated
-            # exactly, and the API server never sends one.
-            if coded or value.lower() != b"chunked":
-                raise FramingError("unsupported transfer coding")
-            coded = True
+        elif low == b"content-length" or low == b"transfer-encoding":
+            length, coded = _framing_field(low, value, length, coded)
     if coded and length is not None:
-        raise FramingError("Content-Length with Transfer-Encoding")
+        raise AmbiguousLength("Content-Length with Transfer-Encoding")
     if head_only or code in (204, 304):
         framing = NO_BODY
     elif coded:

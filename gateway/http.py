@@ -10,8 +10,8 @@ from aiohttp import web, web_protocol, web_server
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 
 from contract import reasons
+from gateway.heads import AMBIGUOUS_MESSAGE, MALFORMED_MESSAGE, TOO_LARGE_MESSAGE
 from gateway.status import status_answer, status_body
-from gateway.tls import connection_ended
 
 log = logging.getLogger("gateway")
 
@@ -32,32 +32,32 @@ def parse_error_status(status: int, exc: BaseException | None) -> tuple[int, str
     """Code, cause and message for a request the HTTP parser refused."""
     text = str(exc) if exc is not None else ""
     if isinstance(exc, LineTooLong) or "too many headers" in text.lower() or "header value is too long" in text.lower():
-        return 431, reasons.REQUEST_HEADER_FIELDS_TOO_LARGE, ("the request line or headers are too large or too many; send "
-                                                    "fewer or shorter headers")
+        return 431, reasons.REQUEST_HEADER_FIELDS_TOO_LARGE, TOO_LARGE_MESSAGE
     lowered = text.lower()
     if "transfer-encoding" in lowered and "content-length" in lowered:
-        return 400, reasons.AMBIGUOUS_BODY_LENGTH, ("the request has both Content-Length and Transfer-Encoding; "
-                                            "send exactly one of them")
+        return 400, reasons.AMBIGUOUS_BODY_LENGTH, AMBIGUOUS_MESSAGE
     if isinstance(exc, BadHttpMessage):
-        return 400, reasons.MALFORMED_REQUEST, "the request is not valid HTTP/1.1: " + text[:200]
+        return 400, reasons.MALFORMED_REQUEST, MALFORMED_MESSAGE + text[:200]
     if status == 500:
         return 500, reasons.INTERNAL_ERROR, "the gateway failed to answer this request; it is logged"
     return status, reasons.MALFORMED_REQUEST, "the request is not valid HTTP/1.1"
 
 
 class HTTPProtocol(web_protocol.RequestHandler):
-    """One HTTP/1.1 connection. `peering_fp` is the client certificate fingerprint on the entrance.
+    """One HTTP/1.1 connection of the egress, the join or the ops listener.
 
     A request head must be complete within `head_timeout` seconds of its first bytes (of the connection, or after
-    the previous request's handler): a client trickling one is answered 408 and closed."""
+    the previous request's handler): a client trickling one is answered 408 and closed. `on_refused` is told of
+    each request refused before a handler could see it (a parse error, a head too slow): code, reason."""
 
-    peering_fp: str | None = None
-    peering_on_lost: Callable[["HTTPProtocol"], None] | None = None
-    head_timeout: float = 10.0
-    #: Told of each request refused before a handler could see it (a parse error, a head too slow): code, reason.
-    on_refused: Callable[["HTTPProtocol", int, str], None] | None = None
     _head_timer: asyncio.TimerHandle | None = None
     _in_handler: bool = False
+
+    def __init__(self, manager: web_server.Server, *, head_timeout: float,
+                 on_refused: Callable[["HTTPProtocol", int, str], None] | None, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self.head_timeout = head_timeout
+        self.on_refused = on_refused
 
     def data_received(self, data: bytes) -> None:
         if self._head_timer is None and not self._in_handler and data:
@@ -102,7 +102,6 @@ class HTTPProtocol(web_protocol.RequestHandler):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        connection_ended(self)
         super().connection_lost(exc)
 
 
@@ -126,8 +125,6 @@ class HTTPServer(web_server.Server):
         self.on_refused = on_refused
 
     def __call__(self) -> HTTPProtocol:
-        proto = HTTPProtocol(self, loop=self._loop, **self._kwargs)
-        proto.head_timeout = self.head_timeout
-        proto.on_refused = self.on_refused
-        return proto
+        return HTTPProtocol(self, loop=self._loop, head_timeout=self.head_timeout, on_refused=self.on_refused,
+                            **self._kwargs)
 

@@ -1,6 +1,6 @@
-"""What the aiohttp path answers on the entrance, the egress and the join listener. Each request is admitted by
-`admission` (the chain the raw path calls too), forwarded by `proxy`, or handed to the control loop as a typed
-call (`protocol`); every refusal is a Kubernetes Status."""
+"""What the aiohttp listeners answer: the egress (each request admitted by `admission`, the chain the entrance
+calls too, and forwarded by `proxy`) and the join listener (handed to the control loop as a typed call,
+`protocol`); every refusal is a Kubernetes Status."""
 
 from __future__ import annotations
 
@@ -13,15 +13,14 @@ from aiohttp import web
 
 from contract import reasons
 from contract.errors import Refusal
-from contract.paths import JOIN_PATH, PEER_PREFIX
+from contract.paths import JOIN_PATH
 from gateway.accounting import ANSWERED, CLIENT_CLOSED, Outcome
-from gateway.admission import (ClientState, admit_egress, admit_entrance, admit_peer_call, closes_connection,
-                               complete, not_held)
-from gateway.authority import Authority, request_namespace
-from gateway.catchup import NeedsRegistry
-from gateway.http import JSON, HTTPProtocol, status_response
+from gateway.admission import ClientState, admit_egress, caught_up, closes_connection, complete, not_held
+from gateway.authority import Authority
+from gateway.calls import json_object
+from gateway.http import JSON, status_response
 from gateway.joinlimit import JoinRateLimit, client_address, token_id, trusted_networks
-from gateway.protocol import ControlHandlers, JoinCall, PeerCall
+from gateway.protocol import ControlHandlers, JoinCall
 from gateway.proxy import forward
 from gateway.state import GatewayState
 
@@ -34,43 +33,6 @@ def _target(request: web.BaseRequest) -> bytes:
 def _body_framing(request: web.BaseRequest) -> tuple[int | None, bool]:
     length = request.content_length
     return length, request.body_exists and length is None
-
-
-class Entrance:
-    """The entrance's requests that the raw path hands over: peer calls, requests with a body, anything odd."""
-
-    def __init__(self, state: GatewayState, handlers: ControlHandlers) -> None:
-        self.state = state
-        self.handlers = handlers
-
-    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        proto: HTTPProtocol = request.protocol  # type: ignore[assignment]
-        return await _served(self.state, "entrance", request, lambda client, outcome: self._serve(
-            request, client, outcome, proto.peering_fp))
-
-    async def _serve(self, request: web.BaseRequest, client: ClientState, outcome: Outcome,
-                     fp: str | None) -> web.StreamResponse:
-        state = self.state
-        if request.raw_path.startswith(PEER_PREFIX):
-            return await self._peer_call(request, client, fp)
-        length, chunked = _body_framing(request)
-        decision = admit_entrance(state, client, fp, request.method.encode(), _target(request), request.raw_headers,
-                                  length, chunked)
-        admitted = await complete(state, client, decision)
-        return await _held(state, request, client.authority, outcome,
-                           forward(state, request, "entrance", client.peer, state.api_pool, admitted, outcome),
-                           request_namespace(_target(request)) if admitted.watch else None)
-
-    async def _peer_call(self, request: web.BaseRequest, client: ClientState, fp: str | None) -> web.StreamResponse:
-        decision = admit_peer_call(self.state, client, fp, request.method, request.raw_path)
-        if isinstance(decision, NeedsRegistry):
-            decision = await decision.settle(self.state)
-        peer, op = decision  # type: ignore[misc]
-        body = None
-        if request.method == "POST":
-            body = await read_json(request, self.state.limits.max_peer_call_bytes)
-        answer = await self.handlers.peer_call(PeerCall(peer=peer, op=op, body=body))  # a Refusal is answered
-        return web.Response(body=json.dumps(answer).encode(), content_type=JSON)
 
 
 class Egress:
@@ -86,8 +48,8 @@ class Egress:
     async def _serve(self, request: web.BaseRequest, client: ClientState, outcome: Outcome) -> web.StreamResponse:
         state = self.state
         length, chunked = _body_framing(request)
-        decision = admit_egress(state, client, request.method.encode(), _target(request), request.raw_headers,
-                                length, chunked)
+        args = (state, client, request.method.encode(), _target(request), request.raw_headers, length, chunked)
+        decision = await caught_up(state, admit_egress(*args), admit_egress, *args)
         admitted = await complete(state, client, decision)
         pool = state.peer_pool(decision.peer)
         authority = Authority(decision.peer.name, frozenset(client.capabilities.split(",")), decision.account,
@@ -206,10 +168,4 @@ async def read_json(request: web.BaseRequest, limit: int) -> dict:
         if seen > limit:
             raise Refusal(413, reasons.REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {limit} bytes")
         chunks.append(chunk)
-    try:
-        body = json.loads(b"".join(chunks))
-    except ValueError:
-        raise Refusal(400, reasons.MALFORMED_BODY, "the body is not JSON") from None
-    if not isinstance(body, dict):
-        raise Refusal(400, reasons.MALFORMED_BODY, "the body is not a JSON object")
-    return body
+    return json_object(b"".join(chunks))

@@ -23,6 +23,8 @@ class RelayOwner(Protocol):
 
     def upstream_failed(self, err: UpstreamError, got: bool) -> None: ...
 
+    def upstream_writable(self, writable: bool) -> None: ...
+
 
 class RelayPool(TLSPool["Relay"]):
     """Keep-alive TLS connections to one upstream for the raw path; each carries one exchange at a time."""
@@ -32,9 +34,10 @@ class RelayPool(TLSPool["Relay"]):
 
 
 class Relay(PooledIdle, asyncio.Protocol):
-    """One upstream TLS connection. During an exchange its bytes go to the owner's transport."""
+    """One upstream TLS connection. During an exchange its bytes go to the owner's transport; `sending` while the
+    request's body is still being sent (`send`, `end_body`): such a connection is never reused."""
 
-    __slots__ = ("pool", "transport", "owner", "framer", "last_read", "timer", "idle_since")
+    __slots__ = ("pool", "transport", "owner", "framer", "last_read", "timer", "idle_since", "sending")
 
     def __init__(self, pool: RelayPool) -> None:
         self.pool = pool
@@ -44,17 +47,36 @@ class Relay(PooledIdle, asyncio.Protocol):
         self.last_read = 0.0
         self.timer: asyncio.TimerHandle | None = None
         self.idle_since = 0.0
+        self.sending = False
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
 
-    def start(self, owner: RelayOwner, head: bytes, head_only: bool) -> None:
-        """Send a request head; the answer goes to `owner`."""
+    def start(self, owner: RelayOwner, head: bytes, head_only: bool, body: bool = False) -> None:
+        """Send a request head (`body`: a body follows, `send` and `end_body`); the answer goes to `owner`."""
         self.owner = owner
+        self.sending = body
         self.framer.start(head_only)
         self.last_read = self.pool.loop.time()
         self._arm_idle()
         self.transport.write(head)
+
+    def send(self, data: bytes) -> None:
+        """Bytes of the request's body, as the client framed them."""
+        if self.transport is not None:
+            self.last_read = self.pool.loop.time()  # the wait for the answer is timed from the body's last bytes
+            self.transport.write(data)
+
+    def end_body(self) -> None:
+        self.sending = False
+
+    def pause_writing(self) -> None:
+        if self.owner is not None:
+            self.owner.upstream_writable(False)
+
+    def resume_writing(self) -> None:
+        if self.owner is not None:
+            self.owner.upstream_writable(True)
 
     def _exchanging(self) -> bool:
         # Only the wait for the first byte of the answer is timed; a streaming answer (a watch) may be silent.
@@ -94,7 +116,7 @@ class Relay(PooledIdle, asyncio.Protocol):
     def _done(self, reuse: bool) -> None:
         owner, self.owner = self.owner, None
         pool = self.pool
-        if reuse and len(pool.idle) < pool.max_idle and self.transport is not None \
+        if reuse and not self.sending and len(pool.idle) < pool.max_idle and self.transport is not None \
                 and not self.transport.is_closing():
             pool.park(self)
         elif self.transport is not None:
@@ -125,11 +147,7 @@ class Relay(PooledIdle, asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_idle()
-        self.pool.all.discard(self)
-        try:
-            self.pool.idle.remove(self)
-        except ValueError:
-            pass
+        self.pool.forget(self)
         self.transport = None
         if self.owner is not None:
             try:

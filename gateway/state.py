@@ -59,9 +59,7 @@ class GatewayState:
         api_ca = client_context(config.api_ca_pem)
         pool_kwargs = dict(connect_timeout=limits.upstream_connect_timeout, idle_timeout=limits.idle_timeout,
                            max_idle=limits.upstream_pool_size, reuse_idle=limits.upstream_reuse_idle)
-        #: kube-apiserver for the aiohttp path (requests with a body, and whatever the raw path hands over)...
-        self.api_pool = UpstreamPool(api.raw_authority, api_ca, resolver, **pool_kwargs)  # type: ignore[arg-type]
-        #: ...and for the raw path.
+        #: kube-apiserver, for the entrance (one pool: the egress's go to the peers' entrances).
         self.relay_pool = RelayPool(api.raw_authority, api_ca, resolver, **pool_kwargs)  # type: ignore[arg-type]
         self._peer_pools: dict[str, tuple[bytes, UpstreamPool]] = {}
         self._retired_pools: list[UpstreamPool] = []
@@ -126,7 +124,7 @@ class GatewayState:
             await cache.close()
         for session in (self.api_session, self.dex_session):
             await session.close()
-        for pool in (self.api_pool, self.relay_pool, *(p for _, p in self._peer_pools.values()),
+        for pool in (self.relay_pool, *(p for _, p in self._peer_pools.values()),
                      *self._retired_pools):
             await pool.close()
         self._peer_pools.clear()

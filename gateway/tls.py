@@ -295,53 +295,58 @@ def handshake_failure_reason(exc: BaseException) -> str:
 
 
 class TLSAcceptor:
-    """Protocol factory for `loop.create_server`: each connection gets a `_ServerTLS` that does the TLS handshake
-    with whatever context is current when the connection arrives, then becomes the transport of an HTTP protocol
-    made by `make_protocol`.
+    """Protocol factory for `loop.create_server`: each connection gets a `TLSStream` owned by this acceptor, whose
+    handshake uses whatever context is current when the connection arrives; the stream then becomes the transport
+    of the protocol `make_protocol(admitted)` makes.
 
-    `admit(transport)` decides after the handshake (client cert fingerprint, per-peer limits): False refuses (the
+    `admit(stream)` decides after the handshake (client cert fingerprint, per-peer limits): False refuses (the
     connection is aborted), bytes refuse with that answer (written at once, then the connection is closed, so a
-    client learns why however long it would have waited to send a request), anything else is handed to
-    `on_connect(protocol, admitted)`; `count_failure(reason)` counts refusals.
+    client learns why however long it would have waited to send a request), anything else is what the protocol is
+    made with, and `on_connect(stream, admitted)` hears of it; `on_lost(stream)` hears of the end of every
+    connection admitted so. `count_failure(reason)` counts refusals. The acceptor keeps what it knows of its
+    streams itself (`open`, those in their handshake) and talks to them through `TLSOwner`'s calls only.
     """
 
-    def __init__(self, *, name: str, context: Callable[[], ssl.SSLContext | None], make_protocol: Callable,
-                 admit: Callable[[asyncio.BaseTransport], Any], count_failure: Callable[[str], None],
+    def __init__(self, *, name: str, context: Callable[[], ssl.SSLContext | None],
+                 make_protocol: Callable[[Any], asyncio.BaseProtocol],
+                 admit: Callable[[TLSStream], Any], count_failure: Callable[[str], None],
                  handshake_timeout: float, max_connections: int,
-                 on_connect: Callable[[Any, Any], None] | None = None) -> None:
+                 on_connect: Callable[[TLSStream, Any], None] | None = None,
+                 on_lost: Callable[[TLSStream], None] | None = None) -> None:
         self.name = name
         self._on_connect = on_connect
+        self._on_lost = on_lost
         self._context = context
         self._make_protocol = make_protocol
         self._admit = admit
         self._count_failure = count_failure
         self._timeout = handshake_timeout
         self.max_connections = max_connections
+        #: TCP connections that began a handshake, counted until they end, whatever happened on them.
         self.open = 0
         # Connections without an HTTP protocol: in their handshake, or lingering after a failed one.
-        self._handshaking: set[_ServerTLS] = set()
+        self._handshaking: set[TLSStream] = set()
 
     def __call__(self) -> asyncio.BaseProtocol:
-        return _ServerTLS(self)
+        return TLSStream(self)
 
-    def _start(self, stream: "_ServerTLS", transport: asyncio.Transport) -> None:
+    # ----- TLSOwner -----------------------------------------------------------------------------------------
+    def tcp_connected(self, stream: TLSStream, tcp: asyncio.Transport) -> None:
         ctx = self._context()
         if ctx is None:
             self._count_failure("certificates_not_loaded")
-            stream._refuse(transport)
+            stream.refuse(tcp)
             return
         if self.open >= self.max_connections:
             self._count_failure("too_many_connections")
-            stream._refuse(transport)
+            stream.refuse(tcp)
             return
-        # Counted until the TCP connection ends, whatever happened on it (`_ServerTLS._ended`).
-        self.open += 1
-        stream._counted = True
+        self.open += 1  # until stream_ended
         self._handshaking.add(stream)
         # No TCP_NODELAY to set: uvloop and asyncio both set it on every TCP transport.
-        stream._begin(transport, ctx, server_side=True, server_hostname=None, timeout=self._timeout)
+        stream.begin(tcp, ctx, server_side=True, server_hostname=None, timeout=self._timeout)
 
-    def _handshake_done(self, stream: "_ServerTLS") -> None:
+    def handshake_done(self, stream: TLSStream) -> None:
         self._handshaking.discard(stream)
         admitted = self._admit(stream)
         if admitted is False:
@@ -351,52 +356,26 @@ class TLSAcceptor:
             stream.write(admitted)
             stream.close()
             return
-        proto = self._make_protocol()
+        proto = self._make_protocol(admitted)
         stream.set_protocol(proto)
-        proto.connection_made(stream)
         if self._on_connect is not None:
-            self._on_connect(proto, admitted)
+            self._on_connect(stream, admitted)
+        proto.connection_made(stream)
 
-    def _handshake_failed(self, stream: "_ServerTLS", exc: BaseException) -> None:
+    def handshake_failed(self, stream: TLSStream, exc: BaseException) -> None:
         # Still tracked and counted while it lingers (TLSStream._linger), so that close() ends it too.
         self._count_failure(handshake_failure_reason(exc))
+
+    def stream_ended(self, stream: TLSStream) -> None:
+        self._handshaking.discard(stream)
+        self.open -= 1
+        if self._on_lost is not None:
+            self._on_lost(stream)
 
     async def close(self) -> None:
         for stream in list(self._handshaking):
             stream.abort()
         self._handshaking.clear()
-
-
-class _ServerTLS(TLSStream):
-    __slots__ = ("_acceptor", "_counted")
-
-    def __init__(self, acceptor: TLSAcceptor) -> None:
-        super().__init__()
-        self._acceptor = acceptor
-        self._counted = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._acceptor._start(self, transport)  # type: ignore[arg-type]
-
-    def _handshake_done(self) -> None:
-        self._acceptor._handshake_done(self)
-
-    def _handshake_failed(self, exc: BaseException) -> None:
-        self._acceptor._handshake_failed(self, exc)
-
-    def _ended(self) -> None:
-        self._acceptor._handshaking.discard(self)
-        if self._counted:
-            self._counted = False
-            self._acceptor.open -= 1
-
-
-def connection_ended(protocol: Any) -> None:
-    """What an HTTP protocol made by a TLSAcceptor owes when its connection ends, once: the gateway's tracking of
-    the peer's connections (`peering_on_lost`). The listener counts the connection off itself."""
-    on_lost, protocol.peering_on_lost = protocol.peering_on_lost, None
-    if on_lost is not None:
-        on_lost(protocol)
 
 
 class LeanSSLObject(ssl.SSLObject):

@@ -18,9 +18,10 @@ through as it is.
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
+
+from gateway.tcp import keepalive
 
 _BUFFER_SIZE = 64 * 1024
 # Single-threaded event loop: each buffer is filled and emptied within one callback.
@@ -28,22 +29,38 @@ _CIPHER = memoryview(bytearray(_BUFFER_SIZE))  # what the TCP transports read
 _PLAIN_VIEW = memoryview(bytearray(_BUFFER_SIZE))  # what is decrypted for protocols that are not buffered
 
 _RECORD = 16 * 1024  # the most plaintext a TLS record carries
-_HANDSHAKE, _OPEN, _DONE = 0, 1, 2
+_HANDSHAKE, _OPEN, _DONE, _REFUSED = 0, 1, 2, 3
 # How long a closed connection waits for the peer to close its side (see TLSStream._linger); the event loops'
 # own TLS transports give a TLS shutdown as long. After a failed handshake there is only the alert to deliver.
 _LINGER = 30.0
 _FAILED_LINGER = 5.0
 
 
-class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
-    """The TLS layer of one connection. Subclasses say what a finished or failed handshake leads to
-    (`_handshake_done`, `_handshake_failed`); `_begin` starts the handshake once the TCP connection exists."""
+class TLSOwner(Protocol):
+    """What a TLSStream reports to, through these calls only: the acceptor of a listener (tls.TLSAcceptor), or
+    `connect`'s wait for one outgoing connection; the owner keeps what it needs of a stream itself.
+    `tcp_connected`: the TCP connection exists, `stream.begin(...)` its handshake or `stream.refuse(tcp)`.
+    `handshake_done`: `stream.set_protocol(p)` and `p.connection_made(stream)`, or abort it. `handshake_failed`:
+    the handshake failed or the connection ended before it finished (told once). `stream_ended`: the TCP
+    connection of a stream that began its handshake is gone (told last, once)."""
 
-    __slots__ = ("_tcp", "_ssl", "_in", "_out", "_app", "_buffered", "_state", "_closing", "_paused",
+    def tcp_connected(self, stream: "TLSStream", tcp: asyncio.Transport) -> None: ...
+    def handshake_done(self, stream: "TLSStream") -> None: ...
+    def handshake_failed(self, stream: "TLSStream", exc: BaseException) -> None: ...
+    def stream_ended(self, stream: "TLSStream") -> None: ...
+
+
+class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
+    """The TLS layer of one connection, reporting to its `owner` (`TLSOwner`): the owner begins the handshake
+    once the TCP connection exists (`begin`), or refuses the connection (`refuse`), and says what a finished or
+    failed handshake leads to."""
+
+    __slots__ = ("_owner", "_tcp", "_ssl", "_in", "_out", "_app", "_buffered", "_state", "_closing", "_paused",
                  "_eof_pending", "_peer_done", "_timer", "_error")
 
-    def __init__(self) -> None:
+    def __init__(self, owner: TLSOwner) -> None:
         self._extra: dict = {}
+        self._owner = owner
         self._tcp: Any = None
         self._ssl: ssl.SSLObject | None = None
         self._in: ssl.MemoryBIO | None = None
@@ -59,27 +76,17 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         #: The TLS error that ended an open connection (a fatal alert), handed to the protocol's connection_lost.
         self._error: ssl.SSLError | None = None
 
-    # ----- what subclasses provide --------------------------------------------------------------------------
-    def _handshake_done(self) -> None:
-        """The handshake finished: set the application protocol (`set_protocol` and its `connection_made`), or
-        abort."""
-        raise NotImplementedError
-
-    def _handshake_failed(self, exc: BaseException) -> None:
-        """The handshake failed or the connection ended before it finished; called once."""
-        raise NotImplementedError
-
-    def _ended(self) -> None:
-        """The TCP connection is gone (called last, once)."""
-
     # ----- handshake ------------------------------------------------------------------------------------------
-    def _refuse(self, tcp: asyncio.Transport) -> None:
-        """End the connection before any handshake (nothing to report as a failed one)."""
-        self._state = _DONE
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._owner.tcp_connected(self, transport)  # type: ignore[arg-type]
+
+    def refuse(self, tcp: asyncio.Transport) -> None:
+        """End the connection before any handshake (nothing to report as a failed one, nor its end)."""
+        self._state = _REFUSED
         self._closing = True
         tcp.abort()
 
-    def _begin(self, tcp: asyncio.Transport, context: ssl.SSLContext, *, server_side: bool,
+    def begin(self, tcp: asyncio.Transport, context: ssl.SSLContext, *, server_side: bool,
                server_hostname: str | None, timeout: float) -> None:
         if self._state != _HANDSHAKE:
             return  # the connection ended before the handshake could start
@@ -114,7 +121,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
             self._timer.cancel()
             self._timer = None
         self._state = _OPEN
-        self._handshake_done()
+        self._owner.handshake_done(self)
         return self._app is not None and not self._closing
 
     def _timed_out(self, timeout: float) -> None:
@@ -136,7 +143,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         else:
             # The alert reaches the peer; a client that is not speaking TLS sees the end.
             self._linger(_FAILED_LINGER, fin=True)
-        self._handshake_failed(exc)
+        self._owner.handshake_failed(self, exc)
 
     # ----- the TCP connection's protocol -------------------------------------------------------------------
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -232,6 +239,7 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
         self.close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        refused = self._state == _REFUSED
         self._tcp = None
         if self._timer is not None:
             self._timer.cancel()
@@ -246,7 +254,8 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
                 app.connection_lost(exc if exc is not None else self._error)
         self._closing = True
         self._ssl = self._in = self._out = None
-        self._ended()
+        if not refused:
+            self._owner.stream_ended(self)
 
     def pause_writing(self) -> None:
         if self._app is not None:
@@ -387,49 +396,35 @@ class TLSStream(asyncio.Transport, asyncio.BufferedProtocol):
             self._tcp.set_write_buffer_limits(high, low)
 
 
-class ClientTLS(TLSStream):
-    """The client side: `connect` opens a TCP connection, does the handshake and returns the protocol that
-    `factory` made, with this object as its transport."""
+class _Connecting:
+    """The owner of one outgoing stream (`connect`): its handshake begins once the TCP connection exists, and ends
+    in the protocol `factory` makes (the stream its transport) or in the failure."""
 
-    __slots__ = ("_factory", "_waiter")
+    __slots__ = ("factory", "waiter", "context", "server_hostname", "timeout")
 
-    def __init__(self, factory: Callable[[], asyncio.BaseProtocol], waiter: asyncio.Future) -> None:
-        super().__init__()
-        self._factory = factory
-        self._waiter = waiter
+    def __init__(self, factory: Callable[[], asyncio.BaseProtocol], waiter: asyncio.Future,
+                 context: ssl.SSLContext, server_hostname: str, timeout: float) -> None:
+        self.factory, self.waiter, self.context = factory, waiter, context
+        self.server_hostname, self.timeout = server_hostname, timeout
 
-    def _handshake_done(self) -> None:
-        if self._waiter.done():  # the caller is gone
-            self.abort()
+    def tcp_connected(self, stream: TLSStream, tcp: asyncio.Transport) -> None:
+        stream.begin(tcp, self.context, server_side=False, server_hostname=self.server_hostname, timeout=self.timeout)
+
+    def handshake_done(self, stream: TLSStream) -> None:
+        if self.waiter.done():  # the caller is gone
+            stream.abort()
             return
-        app = self._factory()
-        self.set_protocol(app)
-        app.connection_made(self)
-        self._waiter.set_result(app)
+        app = self.factory()
+        stream.set_protocol(app)
+        app.connection_made(stream)
+        self.waiter.set_result(app)
 
-    def _handshake_failed(self, exc: BaseException) -> None:
-        if not self._waiter.done():
-            self._waiter.set_exception(exc)
+    def handshake_failed(self, stream: TLSStream, exc: BaseException) -> None:
+        if not self.waiter.done():
+            self.waiter.set_exception(exc)
 
-
-#: TCP keepalive: a silent connection is probed after 30 s, every 10 s, and dropped after 3 unanswered probes.
-#: The gateway cuts no stream for silence (a quiet watch is a client waiting); a peer or upstream that went away
-#: without a word is found this way within about a minute.
-KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 30, 10, 3
-
-
-def keepalive(sock: Any) -> None:
-    """Turn on TCP keepalive with the module's timings on `sock` (a socket, or uvloop's socket-like object)."""
-    if sock is None:
-        return
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        if hasattr(socket, "TCP_KEEPIDLE"):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT)
-    except OSError:
-        pass  # the connection is already gone; its end is noticed on its own
+    def stream_ended(self, stream: TLSStream) -> None:
+        pass  # the connection's protocol hears of it (connection_lost)
 
 
 async def connect(factory: Callable[[], Any], host: str, port: int, context: ssl.SSLContext, *,
@@ -438,12 +433,12 @@ async def connect(factory: Callable[[], Any], host: str, port: int, context: ssl
     protocol's transport). OSError, ssl.SSLError or TimeoutError when it cannot be made within `timeout`."""
     loop = asyncio.get_running_loop()
     waiter = loop.create_future()
-    stream = ClientTLS(factory, waiter)
+    stream = TLSStream(_Connecting(factory, waiter, context, server_hostname, timeout))
     async with asyncio.timeout(timeout):
         try:
-            tcp, _ = await loop.create_connection(lambda: stream, host, port)
-            stream._begin(tcp, context, server_side=False, server_hostname=server_hostname, timeout=timeout)
+            await loop.create_connection(lambda: stream, host, port)
             return await waiter
         except BaseException:
+            waiter.cancel()  # nobody waits for it any more: the handshake's failure is not reported to it
             stream.abort()
             raise

@@ -72,7 +72,7 @@ class PooledIdle:
 
 
 class BodyStream:
-    """The payload of one answer as it arrives (the aiohttp path's and the egress's reading side). While more
+    """The payload of one answer as it arrives (the egress's reading side). While more
     than `high` bytes wait to be read, the upstream connection stops reading."""
 
     __slots__ = ("_conn", "_chunks", "_size", "_eof", "_exc", "_waiter")
@@ -219,7 +219,7 @@ class _Connection(PooledIdle, asyncio.Protocol):
             except FramingError as err:
                 self._fail(UpstreamError("request", str(err)))
         self._fail(UpstreamError("request", "the upstream closed the connection"))
-        self.pool._forget(self)
+        self.pool.forget(self)
         self.transport = None
         drain, self._drain = self._drain, None
         if drain is not None and not drain.done():
@@ -299,6 +299,14 @@ class TLSPool(Generic[_P]):
         transport: Any = getattr(conn, "transport", None)
         return transport is not None and not transport.is_closing()
 
+    def forget(self, conn: _P) -> None:
+        """`conn`'s connection ended: it is neither counted nor offered any more."""
+        self.all.discard(conn)
+        try:
+            self.idle.remove(conn)
+        except ValueError:
+            pass
+
     def park(self, conn: _P) -> None:
         """Keep `conn` for the next request."""
         conn.idle_since = self.loop.time()  # type: ignore[attr-defined]
@@ -356,13 +364,6 @@ class UpstreamPool(TLSPool[_Connection]):
 
     async def _connect(self) -> _Connection:
         return await self.open(lambda: _Connection(self))
-
-    def _forget(self, conn: _Connection) -> None:
-        self.all.discard(conn)
-        try:
-            self.idle.remove(conn)
-        except ValueError:
-            pass
 
     async def request(self, head: bytes, body: AsyncIterator[bytes] | None, *, head_only: bool, chunked: bool,
                       on_response: Callable[[ResponseHead, BodyStream], Awaitable[None]]) -> None:

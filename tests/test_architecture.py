@@ -260,17 +260,73 @@ def test_workers_compose_the_data_plane_and_never_the_process_gateway():
         assert "gateway.server" not in GRAPH[module], module
 
 
-@pytest.mark.parametrize("name", ["gateway.entrance", "gateway.relay", "gateway.listeners", "gateway.proxy",
-                                  "gateway.admission", "gateway.connections", "gateway.state", "gateway.dataplane",
-                                  "gateway.server", "gateway.worker"])
-def test_the_request_paths_and_the_composition_touch_no_private_member_of_another_object(name):
+#: The methods of a namedtuple, public though their names begin with an underscore.
+NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_make", "_fields"})
+GATEWAY = sorted(n for n in MODULES if n.startswith("gateway."))
+
+
+@pytest.mark.parametrize("name", GATEWAY)
+def test_no_gateway_module_touches_a_private_member_of_another_object(name):
+    """Every module, the TLS acceptor and its streams included: they talk through public calls only."""
     offending = []
     for node in ast.walk(ast.parse(MODULES[name].read_text())):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                and node.attr not in NAMEDTUPLE_API:
             owner = node.value
-            if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+            own = isinstance(owner, ast.Name) and owner.id in ("self", "cls")
+            base = isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super"
+            if not (own or base):
                 offending.append(f"line {node.lineno}: {ast.unparse(node)}")
     assert offending == []
+
+
+#: What configuring an ssl.SSLContext or a ctypes function prototype means: the objects tls.py makes itself.
+CONFIGURATION = frozenset({"minimum_version", "maximum_version", "options", "num_tickets", "sslobject_class",
+                           "verify_mode", "verify_flags", "restype", "argtypes"})
+
+
+@pytest.mark.parametrize("name", ["gateway.tls", "gateway.tlsstream", "gateway.tcp", "gateway.connections",
+                                  "gateway.entrance", "gateway.relay", "gateway.http", "gateway.dataplane"])
+def test_the_connection_layers_set_no_attribute_on_another_object(name):
+    """A connection's layers (TLS acceptor, stream, protocol, the tracking of connections by peer) keep what they
+    know of each other themselves and pass the rest in calls: none sets an attribute on an object it was given."""
+    offending = []
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            for element in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(element, ast.Attribute) and element.attr not in CONFIGURATION:
+                    owner = element.value
+                    if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                        offending.append(f"line {element.lineno}: {ast.unparse(element)}")
+    assert offending == []
+
+
+def _aiohttp_importers() -> set[str]:
+    found = set()
+    for name in GATEWAY:
+        for node in ast.walk(ast.parse(MODULES[name].read_text())):
+            if (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "aiohttp" for a in node.names)) or (
+                    isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "aiohttp"):
+                found.add(name)
+    return found
+
+
+#: Where aiohttp is the tool in gateway/: the listeners it serves (the egress, the join and ops: http.py,
+#: listeners.py, proxy.py, dataplane.py; the parent's socket for its workers, workers.py) and the HTTP clients of
+#: Dex, the TokenReview and a worker's parent (exchange.py, tokenreview.py, worker.py, with their sessions,
+#: state.py, and name overrides, resolve.py). The entrance, every byte a peer sends, is none of them.
+AIOHTTP_ALLOWED = {"gateway.http", "gateway.listeners", "gateway.proxy", "gateway.dataplane", "gateway.workers",
+                   "gateway.exchange", "gateway.tokenreview", "gateway.worker", "gateway.state", "gateway.resolve"}
+
+
+def test_the_entrance_imports_no_aiohttp_anywhere():
+    assert _aiohttp_importers() <= AIOHTTP_ALLOWED
+    entrance = {"gateway.entrance", "gateway.calls", "gateway.upload", "gateway.heads", "gateway.framing",
+                "gateway.relay", "gateway.tls", "gateway.tlsstream", "gateway.tcp", "gateway.connections",
+                "gateway.admission", "gateway.catchup", "gateway.status"}
+    assert not entrance & _aiohttp_importers()
 
 
 def test_the_reconcilers_package_neither_patches_the_context_nor_imports_the_cli():

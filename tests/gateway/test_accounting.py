@@ -16,19 +16,17 @@ from tests.gateway.support import ENTRANCE_HOST, access_lines, make_token, reque
 from tests.gateway.test_egress import EGRESS, _egress_gateway
 from tests.gateway.test_withdrawal import withdrawn
 
-PATHS = ["egress", "raw", "aiohttp"]
+PATHS = ["egress", "raw"]
 WATCH = "/api/v1/namespaces/default/pods?watch=true"
 
 
 @contextlib.asynccontextmanager
 async def through(path, gateway, pki, issuer_key, upstream, dex, handlers, session_for):
     """(the gateway that answers the client, the client's session, the URL of WATCH, the headers) for `path`: the
-    egress in front of `gateway` (the peer's entrance), or `gateway`'s entrance by its raw or its aiohttp path."""
+    egress in front of `gateway` (the peer's entrance), or `gateway`'s entrance."""
     gateway.config.access_log = True
     headers = {"Authorization": f"Bearer {make_token(issuer_key)}"}
     if path != "egress":
-        if path == "aiohttp":
-            headers["Content-Length"] = "0"  # not a plain request: served by the aiohttp path
         yield gateway, session_for(gateway), f"https://{ENTRANCE_HOST}{WATCH}", headers
         return
     egress = await _egress_gateway(pki, issuer_key, upstream, dex, handlers, gateway)

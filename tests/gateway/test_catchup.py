@@ -10,8 +10,9 @@ from types import MappingProxyType
 import pytest
 
 from contract.errors import Refusal
-from gateway.admission import ClientState, NeedsReview, admit_egress, admit_entrance, admit_peer_call, complete
-from gateway.catchup import NeedsRegistry
+from gateway.admission import (ClientState, NeedsReview, admit_egress, admit_entrance, admit_peer_call, caught_up,
+                               complete)
+from gateway.catchup import AwaitRegistry
 from gateway.exchange import ExchangeCache
 from gateway.metrics import Metrics
 from gateway.registry import Registry, cert_fingerprints
@@ -65,6 +66,12 @@ def fp(pki):
     return fingerprint
 
 
+async def settled(state, client, admit, *args):
+    """What the callers of admission do: admit, wait for the registries an AwaitRegistry asks for, complete."""
+    decision = await caught_up(state, admit(state, client, *args), admit, state, client, *args)
+    return await complete(state, client, decision)
+
+
 async def _pending(task: asyncio.Task) -> None:
     """Let the task run until it waits (for the next registry); it must not have finished."""
     for _ in range(5):
@@ -75,9 +82,11 @@ async def _pending(task: asyncio.Task) -> None:
 async def test_an_entrance_request_for_an_opened_capability_waits_for_the_registry_that_serves_it(
         state, fp, pki, issuer_key):
     client = ClientState()
-    decision = admit_entrance(state, client, fp, b"GET", b"/api/v1/pods?watch=1", fields(make_token(issuer_key)))
-    assert isinstance(decision, NeedsRegistry) and decision.watch and decision.refusal.reason == "TokenAudienceMismatch"
-    task = asyncio.ensure_future(complete(state, client, decision))
+    args = (fp, b"GET", b"/api/v1/pods?watch=1", fields(make_token(issuer_key)))
+    decision = admit_entrance(state, client, *args)
+    assert isinstance(decision, AwaitRegistry) and decision.refusal.reason == "TokenAudienceMismatch"
+    assert decision.generation == 1 and decision.until == pytest.approx(asyncio.get_running_loop().time() + 5, abs=1)
+    task = asyncio.ensure_future(settled(state, client, admit_entrance, *args))
     await _pending(task)
     state.publish(registry(pki, issuer_key, generation=2, effective=()))  # a registry still behind: waits on
     await _pending(task)
@@ -99,9 +108,10 @@ async def test_a_certificate_unknown_while_a_peering_is_mid_exchange_waits_for_t
     live = registry(pki, issuer_key, generation=3, effective=("read-pods",))
     state.publish(_without_peer(live, generation=2, pending=frozenset({"peer"})))
     client = ClientState()
-    decision = admit_entrance(state, client, fp, b"GET", b"/api/v1/pods", fields(make_token(issuer_key)))
-    assert isinstance(decision, NeedsRegistry) and decision.refusal.reason == "PeerUnknown"
-    task = asyncio.ensure_future(complete(state, client, decision))
+    args = (fp, b"GET", b"/api/v1/pods", fields(make_token(issuer_key)))
+    decision = admit_entrance(state, client, *args)
+    assert isinstance(decision, AwaitRegistry) and decision.refusal.reason == "PeerUnknown"
+    task = asyncio.ensure_future(settled(state, client, admit_entrance, *args))
     await _pending(task)
     state.publish(live)
     admitted = await asyncio.wait_for(task, 5)
@@ -113,9 +123,9 @@ async def test_a_certificate_unknown_while_a_peering_is_mid_exchange_waits_for_t
     # Mid-exchange, but no newer registry in time: the refusal.
     state.limits.registry_catch_up = 0.2
     state.publish(_without_peer(live, generation=5, pending=frozenset({"other"})))
-    decision = admit_entrance(state, ClientState(), fp, b"GET", b"/api", fields(make_token(issuer_key)))
     with pytest.raises(Refusal, match="PeerUnknown|belongs to no live peering"):
-        await asyncio.wait_for(complete(state, ClientState(), decision), 5)
+        await asyncio.wait_for(settled(state, ClientState(), admit_entrance, fp, b"GET", b"/api",
+                                       fields(make_token(issuer_key))), 5)
 
 
 async def test_a_peer_call_with_a_certificate_unknown_mid_exchange_waits_for_the_registry_that_has_it(
@@ -127,8 +137,9 @@ async def test_a_peer_call_with_a_certificate_unknown_mid_exchange_waits_for_the
     state.publish(_without_peer(live, generation=2, pending=frozenset({"peer"})))
     client = ClientState()
     decision = admit_peer_call(state, client, fp, "POST", "/peering/v1/credentials")
-    assert isinstance(decision, NeedsRegistry) and decision.refusal.reason == "PeerUnknown"
-    task = asyncio.ensure_future(decision.settle(state))
+    assert isinstance(decision, AwaitRegistry) and decision.refusal.reason == "PeerUnknown"
+    task = asyncio.ensure_future(caught_up(state, decision, admit_peer_call, state, client, fp, "POST",
+                                           "/peering/v1/credentials"))
     await _pending(task)
     state.publish(live)
     peer, op = await asyncio.wait_for(task, 5)
@@ -141,11 +152,11 @@ async def test_a_peer_call_with_a_certificate_unknown_mid_exchange_waits_for_the
 
 async def test_no_newer_registry_in_time_answers_the_refusal(state, fp, issuer_key):
     state.limits.registry_catch_up = 0.2
-    decision = admit_entrance(state, ClientState(), fp, b"GET", b"/api", fields(make_token(issuer_key)))
     loop = asyncio.get_running_loop()
     start = loop.time()
     with pytest.raises(Refusal) as refused:
-        await asyncio.wait_for(complete(state, ClientState(), decision), 5)
+        await asyncio.wait_for(settled(state, ClientState(), admit_entrance, fp, b"GET", b"/api",
+                                       fields(make_token(issuer_key))), 5)
     assert (refused.value.code, refused.value.reason) == (401, "TokenAudienceMismatch")
     assert loop.time() - start >= 0.2
 
@@ -166,15 +177,17 @@ async def test_a_capability_not_opened_or_not_consumed_is_refused_at_once(state,
 async def test_an_egress_request_waits_for_the_registry_that_serves_its_audience(state, pki, issuer_key):
     token = make_token(issuer_key, aud=[f"peering.deckhouse.io/{PEER_UUID}/read-pods"])
     client = ClientState()
-    decision = admit_egress(state, client, b"GET", b"/peers/peer/api/v1/pods", fields(token))
-    assert isinstance(decision, NeedsReview)  # NoEffectiveCapability is not answered yet
-    task = asyncio.ensure_future(complete(state, client, decision))
+    args = (b"GET", b"/peers/peer/api/v1/pods", fields(token))
+    decision = admit_egress(state, client, *args)
+    assert isinstance(decision, AwaitRegistry)  # NoEffectiveCapability is not answered yet
+    assert decision.refusal.reason == "NoEffectiveCapability"
+    task = asyncio.ensure_future(settled(state, client, admit_egress, *args))
     await _pending(task)
     assert state.reviewed == []  # no TokenReview asked for audiences the registry does not serve yet
     state.publish(registry(pki, issuer_key, generation=2, effective=("read-pods",)))
     admitted = await asyncio.wait_for(task, 5)
     assert admitted.head.startswith(b"GET /api/v1/pods HTTP/1.1\r\n") and state.reviewed == ["peer/2"]
-    assert decision.peer.effective == {"read-pods"} and client.capabilities == "read-pods"
+    assert client.capabilities == "read-pods"
     # A capability this ClusterPeer does not open: NoEffectiveCapability at once.
     state.publish(registry(pki, issuer_key, generation=3, effective=(), opened=()))
     with pytest.raises(Refusal, match="NoEffectiveCapability"):
@@ -197,7 +210,7 @@ async def test_over_tls_both_entrance_paths_answer_once_the_registry_catches_up(
                                        headers=auth) as r:
                 return r.status
 
-        # The raw path (a plain GET) and the aiohttp path (a body) both wait.
+        # A plain GET and a request with a body both wait.
         calls = [asyncio.ensure_future(call("GET", None)), asyncio.ensure_future(call("POST", b"{}"))]
         async with asyncio.timeout(10):
             while gw.metrics.registry.get_sample_value("peering_gateway_requests_in_flight",
@@ -227,9 +240,10 @@ async def test_before_the_peers_first_offer_its_consumers_token_waits_for_the_is
     state.publish(dataclasses.replace(issuer_less, peers=MappingProxyType(peers), by_fingerprint=MappingProxyType(
         {f: peers[p.name] for f, p in issuer_less.by_fingerprint.items()})))
     client = ClientState()
-    decision = admit_entrance(state, client, fp, b"GET", b"/api", fields(make_token(issuer_key)))
-    assert isinstance(decision, NeedsRegistry) and decision.refusal.reason == "PeerIssuerUnknown"
-    task = asyncio.ensure_future(complete(state, client, decision))
+    args = (fp, b"GET", b"/api", fields(make_token(issuer_key)))
+    decision = admit_entrance(state, client, *args)
+    assert isinstance(decision, AwaitRegistry) and decision.refusal.reason == "PeerIssuerUnknown"
+    task = asyncio.ensure_future(settled(state, client, admit_entrance, *args))
     await _pending(task)
     state.publish(registry(pki, issuer_key, generation=3, effective=("read-pods",)))
     assert b"Bearer exchanged" in (await asyncio.wait_for(task, 5)).head
@@ -241,14 +255,15 @@ async def test_an_egress_request_for_a_peering_the_registry_lacks_yet_waits_for_
                                       pending=frozenset({"peer"})))
     token = make_token(issuer_key, aud=[f"peering.deckhouse.io/{PEER_UUID}/read-pods"])
     client = ClientState()
-    decision = admit_egress(state, client, b"GET", b"/peers/peer/api/v1/pods?watch=1", fields(token))
-    assert isinstance(decision, NeedsRegistry) and decision.refusal.reason == "PeerNotFound" and decision.watch
-    task = asyncio.ensure_future(complete(state, client, decision))
+    args = (b"GET", b"/peers/peer/api/v1/pods?watch=1", fields(token))
+    decision = admit_egress(state, client, *args)
+    assert isinstance(decision, AwaitRegistry) and decision.refusal.reason == "PeerNotFound"
+    task = asyncio.ensure_future(settled(state, client, admit_egress, *args))
     await _pending(task)
     state.publish(registry(pki, issuer_key, generation=3, effective=("read-pods",)))
     admitted = await asyncio.wait_for(task, 5)
     assert admitted.watch and state.reviewed == ["peer/3"]
-    assert decision.peer.name == "peer" and client.peer == "peer"  # the caller reads the settled decision
+    assert client.peer == "peer"
     # A token of no local consumer, or none at all: PeerNotFound at once; so for a ClusterPeer that does not exist.
     state.publish(dataclasses.replace(registry_for(pki, issuer_key, generation=4, peers=()),
                                       pending=frozenset({"peer"})))
@@ -283,3 +298,28 @@ def test_the_registry_names_the_clusterpeers_whose_exchange_is_under_way(pki, is
     assert only_unused.pending == frozenset()
     assert not only_unused.certificate_may_come("f" * 64, 2.0) and reg.certificate_may_come("f" * 64, 2.0)
     assert not reg.certificate_may_come("f" * 64, 0) and not reg.certificate_may_come(None, 2.0)
+
+
+async def test_the_wait_is_plain_data_and_keeps_its_bound_across_registries_still_behind(state, fp, issuer_key):
+    """Admission only says what to wait for: the caller admits again with the bound, which a newer registry that is
+    still behind does not extend; past it, the request gets its registry's answer without waiting."""
+    loop = asyncio.get_running_loop()
+    args = (fp, b"GET", b"/api", fields(make_token(issuer_key)))
+    decision = admit_entrance(state, ClientState(), *args)
+    assert isinstance(decision, AwaitRegistry) and not any(callable(getattr(decision, n)) for n in decision.__slots__)
+    until = loop.time() + 0.5
+    again = admit_entrance(state, ClientState(), *args, until=until)
+    assert isinstance(again, AwaitRegistry) and again.until == until
+    with pytest.raises(Refusal, match="TokenAudienceMismatch|audience"):
+        admit_entrance(state, ClientState(), *args, until=loop.time())
+
+
+async def test_past_its_bound_an_egress_request_for_a_capability_not_served_yet_goes_to_the_review(
+        state, pki, issuer_key):
+    state.publish(registry(pki, issuer_key, generation=2, effective=("write-pods",), opened=("read-pods",
+                                                                                            "write-pods")))
+    token = make_token(issuer_key, aud=[f"peering.deckhouse.io/{PEER_UUID}/read-pods"])
+    args = (b"GET", b"/peers/peer/api/v1/pods", fields(token))
+    assert isinstance(admit_egress(state, ClientState(), *args), AwaitRegistry)
+    decision = admit_egress(state, ClientState(), *args, until=asyncio.get_running_loop().time())
+    assert isinstance(decision, NeedsReview) and decision.key == "peer/2"

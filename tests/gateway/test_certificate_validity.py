@@ -69,7 +69,7 @@ async def test_a_certificate_outside_its_dates_admits_nothing_on_either_path(gat
     gateway.publish(_held_by_the_peer(pki, issuer_key, dated[which]))
     s = connect(gateway, dated[which])
     headers = {"Authorization": f"Bearer {make_token(issuer_key)}"}
-    # The raw path (a plain GET), a watch, and the aiohttp path (a body): each refused, the connection closed.
+    # A plain GET, a watch, and a request with a body: each refused, the connection closed.
     for method, url, body in (("GET", PODS, None), ("GET", PODS + "?watch=true", None),
                               ("POST", PODS, b'{"kind": "Pod"}')):
         async with s.request(method, url, headers=headers, data=body) as resp:

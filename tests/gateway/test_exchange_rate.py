@@ -78,7 +78,7 @@ async def test_new_tokens_beyond_the_bound_get_429_with_retry_after_on_both_path
     for token in tokens[:3]:
         async with session.get(URL + "/api/v1/pods", headers={"Authorization": f"Bearer {token}"}) as r:
             assert r.status == 200
-    # The raw path (a plain GET) and the aiohttp path (a request with a body) refuse alike.
+    # A plain GET and a request with a body refuse alike.
     for method, body in (("GET", None), ("POST", b"{}")):
         async with session.request(method, URL + "/api/v1/namespaces/x/configmaps", data=body,
                                    headers={"Authorization": f"Bearer {tokens[3]}"}) as r:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.framing import (CHUNKED, HANDOVER, LENGTH, NEED_DATA, NO_BODY, UNTIL_CLOSE, Data, EndOfMessage,
-                             FramingError, Request, RequestHeadReader, ResponseFramer, ResponseHead,
-                             parse_request_head, parse_response_head, relay_head)
+from gateway.framing import (CHUNKED, LENGTH, NEED_DATA, NO_BODY, UNTIL_CLOSE, AmbiguousLength,
+                             BodyTooLarge, Data, EndOfMessage, FramingError, Request, Refused, RequestBodyReader,
+                             RequestHeadReader, ResponseFramer, ResponseHead, parse_request_head,
+                             parse_response_head, relay_head, request_framing)
 
 
 def reader(**kw) -> RequestHeadReader:
@@ -34,12 +35,26 @@ def test_plain_request_head_is_parsed_into_raw_fields():
     assert parse_request_head(b"HEAD / HTTP/1.1", 100) == Request(b"HEAD", b"/", [])
 
 
+@pytest.mark.parametrize("head, length, chunked", [
+    (b"POST /api HTTP/1.1\r\nHost: x", None, False),
+    (b"PUT /api HTTP/1.1\r\nContent-Length: 12", 12, False),
+    (b"GET /api HTTP/1.1\r\nContent-Length: 0", 0, False),
+    (b"PATCH /api HTTP/1.1\r\nTransfer-Encoding: chunked", None, True),
+])
+def test_requests_with_a_body_come_out_with_its_framing_and_the_body_left_in_the_buffer(head, length, chunked):
+    request = parse_request_head(head, 100)
+    assert (request.length, request.chunked, request.has_body) == (length, chunked, bool(length) or chunked)
+    r = reader()
+    r.feed(head + b"\r\n\r\nbody bytes")
+    assert r.next_event() == request and r.take() == b"body bytes"
+
+
 @pytest.mark.parametrize("head", [
-    b"POST /api HTTP/1.1\r\nHost: x",                              # a method with a body
     b"GET /api HTTP/1.0\r\nHost: x",                               # not HTTP/1.1
-    b"GET /api HTTP/1.1\r\nContent-Length: 0",                      # any body framing
-    b"GET /api HTTP/1.1\r\nTransfer-Encoding: chunked",
-    b"GET /api HTTP/1.1\r\nExpect: 100-continue",                   # an interim answer to give
+    b"POST /api HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked",  # smuggling shape
+    b"POST /api HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2",  # framings it cannot read safely
+    b"POST /api HTTP/1.1\r\nTransfer-Encoding: gzip",
+    b"GET /api HTTP/1.1\r\nExpect: something-else",                 # an expectation it does not serve
     b"GET /api HTTP/1.1\r\nHost: x\r\n folded",                     # obs-fold
     b"GET /api HTTP/1.1\r\nBad Name: x",                            # not a token
     b"GET /api HTTP/1.1\r\nX: a\nInjected: b",                      # bare LF
@@ -48,12 +63,27 @@ def test_plain_request_head_is_parsed_into_raw_fields():
     b"GET /a b HTTP/1.1",
     b"GET /api HTTP/1.1\r\n" + b"\r\n".join(b"X-%d: v" % i for i in range(101)),  # over max_headers
 ])
-def test_anything_but_a_plain_request_goes_to_the_aiohttp_path(head):
-    assert parse_request_head(head, 100) is None
+def test_any_other_request_is_refused_with_its_reason_and_nothing_consumed(head):
+    refused = parse_request_head(head, 100)
+    assert isinstance(refused, Refused) and refused.code in (400, 431)
+    expected = ("RequestHeaderFieldsTooLarge" if b"X-100" in head else
+                "AmbiguousBodyLength" if b"Transfer-Encoding" in head and b"Content-Length" in head
+                else "MalformedRequest")
+    assert refused.reason == expected and refused.message
     r = reader()
     r.feed(head + b"\r\n\r\n")
-    assert r.next_event() is HANDOVER
-    assert r.take() == head + b"\r\n\r\n"  # nothing consumed: the aiohttp path reads the request whole
+    assert r.next_event() == refused
+    assert r.take() == head + b"\r\n\r\n"  # nothing consumed: the connection ends after the refusal
+
+
+@pytest.mark.parametrize("head", [b"CONNECT api.x.lab:443 HTTP/1.1", b"TRACE /api HTTP/1.0", b"PROPFIND /api HTTP/1.1"])
+def test_a_method_outside_the_kubernetes_api_is_refused_whatever_its_target_or_version(head):
+    assert parse_request_head(head, 100) == Refused(405, "MethodNotAllowed", "")
+
+
+def test_expect_100_continue_is_served_on_a_request_with_a_body():
+    request = parse_request_head(b"PUT /api HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 2", 100)
+    assert request.expects_continue and request.length == 2
 
 
 def test_the_reader_waits_for_a_whole_head_and_serves_pipelined_requests_in_order():
@@ -68,18 +98,17 @@ def test_the_reader_waits_for_a_whole_head_and_serves_pipelined_requests_in_orde
     assert r.buffer == b"GET /c HT"
 
 
-def test_the_reader_hands_over_oversized_heads_and_peer_calls_with_their_bytes():
+def test_the_reader_refuses_oversized_heads_as_soon_as_they_pass_the_limit():
     r = reader(max_head_bytes=64)
     r.feed(b"GET /a HTTP/1.1\r\nX-Big: " + b"a" * 80)
-    assert r.next_event() is HANDOVER  # no end in sight within the limit: the aiohttp path answers 431
+    assert r.next_event().code == 431  # no end in sight within the limit: refused without waiting for it
     r = reader(max_head_bytes=64)
     r.feed(b"GET /a HTTP/1.1\r\nX-Big: " + b"a" * 80 + b"\r\n\r\n")
-    assert r.next_event() is HANDOVER
-    r = reader(handover_prefix=b"/peering/v1/")
+    assert r.next_event().reason == "RequestHeaderFieldsTooLarge"
+    r = reader()
     r.feed(b"GET /api HTTP/1.1\r\n\r\nGET /peering/v1/offer HTTP/1.1\r\n\r\n")
     assert r.next_event() == Request(b"GET", b"/api", [])
-    assert r.next_event() is HANDOVER
-    assert r.take() == b"GET /peering/v1/offer HTTP/1.1\r\n\r\n" and r.next_event() is NEED_DATA
+    assert r.next_event() == Request(b"GET", b"/peering/v1/offer", []) and r.next_event() is NEED_DATA
 
 
 # ----- response heads ---------------------------------------------------------------------------------------------
@@ -243,3 +272,82 @@ def test_nothing_of_one_connections_head_carries_over_to_the_next():
         framer.start(False)
         assert events_of(framer, b"HTTP/1.1 204 No Content\r\n\r\n") == [(204, NO_BODY, None, True),
                                                                          EndOfMessage(True)], head
+
+
+# ----- request bodies ---------------------------------------------------------------------------------------------
+def body_of(reader: RequestBodyReader, *chunks: bytes) -> tuple[list, bytes]:
+    """Feed `chunks` one by one: the events in order, and what followed the body."""
+    events, rest = [], b""
+    for chunk in chunks:
+        got, rest = reader.feed(chunk)
+        events += got
+    return events, rest
+
+
+REQUEST_CHUNKS = b"5\r\nhello\r\n1a;ext=1\r\n" + b"z" * 26 + b"\r\n0\r\n\r\n"
+
+
+def test_a_content_length_body_ends_at_its_length_and_gives_back_the_next_request():
+    body = RequestBodyReader(decode=False, limit=100)
+    body.start(10, False)
+    events, rest = body_of(body, b"01234", b"56789GET / HTTP/1.1\r\n")
+    assert events == [Data(b"01234"), Data(b"56789"), EndOfMessage(True)] and rest == b"GET / HTTP/1.1\r\n"
+    assert body.done
+    body.start(0, False)  # reused for the next request: an empty body is complete at once
+    assert body.done and body.feed(b"next") == ([], b"next")
+
+
+@pytest.mark.parametrize("decode", [False, True])
+def test_a_chunked_body_is_read_through_any_split_with_the_response_framers_chunk_reader(decode):
+    whole = REQUEST_CHUNKS + b"PUT /next HTTP/1.1\r\n"
+    for split in range(1, len(REQUEST_CHUNKS) + 1):
+        body = RequestBodyReader(decode=decode, limit=31)
+        body.start(None, True)
+        events, rest = body_of(body, whole[:split], whole[split:])
+        assert events[-1] == EndOfMessage(True) and rest == b"PUT /next HTTP/1.1\r\n", split
+        payload = b"".join(e.data for e in events[:-1])
+        assert payload == (b"hello" + b"z" * 26 if decode else REQUEST_CHUNKS), split
+
+
+def test_a_body_over_the_limit_is_refused_before_its_bytes_are_read():
+    with pytest.raises(BodyTooLarge, match="larger than 10 bytes"):
+        RequestBodyReader(decode=False, limit=10).start(11, False)
+    chunked = RequestBodyReader(decode=True, limit=10)
+    chunked.start(None, True)
+    chunked.feed(b"5\r\nhello\r\n")
+    with pytest.raises(BodyTooLarge):
+        chunked.feed(b"6\r\n")  # the chunk's size says it: its bytes are never waited for
+
+
+@pytest.mark.parametrize("body", [b"zz\r\nab\r\n", b"2\r\nabX\r\n", b"1" * 20 + b"\r\n", b"2;" + b"e" * 5000,
+                                  b"2\nab\r\n", b"0\r\nX-Smuggled: 1\r\n\r\n"])
+def test_request_bodies_that_cannot_be_read_safely_are_refused(body):
+    for decode in (False, True):
+        reader = RequestBodyReader(decode=decode, limit=1 << 20)
+        reader.start(None, True)
+        with pytest.raises(FramingError):
+            reader.feed(body)
+
+
+@pytest.mark.parametrize("fields, framing", [
+    ([(b"Host", b"x")], (None, False)),
+    ([(b"Content-Length", b"12")], (12, False)),
+    ([(b"content-length", b"12"), (b"Content-Length", b"12")], (12, False)),
+    ([(b"Transfer-Encoding", b"Chunked")], (None, True)),
+])
+def test_request_framing_reads_one_length_or_chunked(fields, framing):
+    assert request_framing(fields) == framing
+
+
+@pytest.mark.parametrize("fields, error", [
+    ([(b"Content-Length", b"12"), (b"Content-Length", b"13")], "bad Content-Length"),
+    ([(b"Content-Length", b"-1")], "bad Content-Length"),
+    ([(b"Content-Length", b"1" * 16)], "bad Content-Length"),
+    ([(b"Transfer-Encoding", b"gzip, chunked")], "transfer coding"),
+    ([(b"Transfer-Encoding", b"chunked"), (b"Transfer-Encoding", b"chunked")], "transfer coding"),
+    ([(b"Transfer-Encoding", b"chunked"), (b"Content-Length", b"3")], "Content-Length with Transfer-Encoding"),
+])
+def test_request_framing_refuses_what_cannot_be_read_safely(fields, error):
+    with pytest.raises(FramingError, match=error) as refused:
+        request_framing(fields)
+    assert isinstance(refused.value, AmbiguousLength) == ("with" in error)

@@ -90,12 +90,11 @@ async def test_a_trickled_head_on_the_entrance_raw_path_gets_408(slow_gateway, p
     assert DEADLINE <= took < DEADLINE + 1.5
 
 
-async def test_a_trickled_head_after_a_handover_gets_408_from_the_aiohttp_path(slow_gateway, pki, issuer_key,
-                                                                               upstream):
+async def test_a_trickled_head_after_a_request_with_a_body_gets_408(slow_gateway, pki, issuer_key, upstream):
     reader, writer = await asyncio.open_connection("127.0.0.1", slow_gateway.entrance_port, ssl=client_ssl(pki),
                                                    server_hostname=ENTRANCE_HOST)
     try:
-        # A request with a body: the connection goes to the aiohttp path, which answers it...
+        # A request with a body, answered...
         token = make_token(issuer_key).encode()
         writer.write(b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
                      + token + b"\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")

@@ -19,12 +19,14 @@ from tests.gateway.support import (ENTRANCE_HOST, Upstream, client_ssl, close_st
 
 
 class Scripted:
-    """An API server stand-in over TLS that reads each request head and answers with the next scripted bytes.
-    An answer of None closes the connection without answering; an answer ending in None closes it once sent."""
+    """An API server stand-in over TLS that reads each request (its head, and its body as the head frames it, kept
+    as it came in `bodies`) and answers with the next scripted bytes. An answer of None closes the connection
+    without answering; an answer ending in None closes it once sent."""
 
     def __init__(self, answers: list[list[bytes | None] | None]) -> None:
         self.answers = answers
         self.heads: list[bytes] = []
+        self.bodies: list[bytes] = []
         self.connections = 0
         self.port = 0
         self.server: asyncio.AbstractServer | None = None
@@ -43,6 +45,7 @@ class Scripted:
             while self.answers:
                 head = await reader.readuntil(b"\r\n\r\n")
                 self.heads.append(head)
+                self.bodies.append(await _body(reader, head))
                 answer = self.answers.pop(0)
                 if answer is None:
                     break
@@ -63,6 +66,22 @@ class Scripted:
         for writer in self.writers:
             writer.transport.abort()
         await self.server.wait_closed()
+
+
+async def _body(reader: asyncio.StreamReader, head: bytes) -> bytes:
+    """The body after `head` as it came: Content-Length bytes, or a chunked body to its last chunk."""
+    fields = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in head.split(b"\r\n")[1:])}
+    if b"content-length" in fields:
+        return await reader.readexactly(int(fields[b"content-length"]))
+    if fields.get(b"transfer-encoding") != b"chunked":
+        return b""
+    body = b""
+    while True:
+        line = await reader.readuntil(b"\r\n")
+        size = int(line.split(b";")[0], 16)
+        body += line + await reader.readexactly(size + 2)
+        if not size:
+            return body
 
 
 @pytest.fixture
@@ -220,8 +239,7 @@ async def test_malformed_upstream_answer_gives_502_status(scripted_gateway, pki,
     assert (code, json.loads(body)["reason"]) == (502, "UpstreamFailed")
 
 
-async def test_request_with_a_body_after_plain_ones_is_served_by_the_aiohttp_path(gateway, pki, issuer_key,
-                                                                                  upstream):
+async def test_request_with_a_body_after_plain_ones_is_relayed_on_the_same_path(gateway, pki, issuer_key, upstream):
     token = make_token(issuer_key)
     reader, writer = await connect(gateway, pki)
     try:
@@ -239,6 +257,7 @@ async def test_request_with_a_body_after_plain_ones_is_served_by_the_aiohttp_pat
     finally:
         await close(writer)
     assert [r["method"] for r in upstream.requests] == ["GET", "POST", "GET"]
+    assert len(gateway.state.relay_pool.all) == 1  # all three on the entrance's one upstream connection
 
 
 async def test_idle_keep_alive_connection_is_closed_after_the_idle_timeout(scripted_gateway, pki, issuer_key):
@@ -260,15 +279,15 @@ async def test_held_connections_keep_no_decoded_peer_certificate(scripted_gatewa
         writer.write(get("/api/v1/pods", make_token(issuer_key)))
         assert (await read_answer(reader))[0] == 200
         (fp,) = gw.registry.by_fingerprint
-        (conn,) = gw.state.connections.of(fp)
+        (conn,) = gw.state.connections.of(fp)  # the connection's TLS stream
         # The peer is still known by its certificate's fingerprint; only the decoded copy is gone.
         assert gw.registry.by_fingerprint[fp].name == "peer"
-        assert conn.transport.get_extra_info("peercert") == {}
+        assert conn.get_extra_info("peercert") == {}
         (relay,) = gw.state.relay_pool.all
         assert relay.transport.get_extra_info("peercert") == {}
         # Small records (a response head, then its body) do not wait for delayed ACKs on either connection: the
         # event loop sets TCP_NODELAY on every TCP transport, the gateway relies on it.
-        for transport in (conn.transport, relay.transport):
+        for transport in (conn, relay.transport):
             assert transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         await close(writer)

@@ -45,7 +45,6 @@ class App(asyncio.Protocol):
         self.got = asyncio.Event()
         self.paused_writing = asyncio.Event()
         self.resumed_writing = asyncio.Event()
-        self.peering_on_lost = None  # what a gateway protocol owes (tls.connection_ended)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -66,7 +65,6 @@ class App(asyncio.Protocol):
         self.resumed_writing.set()
 
     def connection_lost(self, exc) -> None:
-        tls.connection_ended(self)
         self.events.append("lost")
         if not self.lost.done():
             self.lost.set_result(exc)
@@ -85,14 +83,15 @@ class BufferedApp(App, asyncio.BufferedProtocol):
 
 
 class Server:
-    def __init__(self, pki, *, app=App, timeout: float = 10.0, context=None) -> None:
+    def __init__(self, pki, *, app=App, timeout: float = 10.0, context=None, current=None) -> None:
         self.apps: list[App] = []
         self.failures: list[str] = []
         self.made = asyncio.Event()
         self.failed = asyncio.Event()
         ctx = context or server_ctx(pki)
 
-        def make() -> App:
+        def make(admitted) -> App:
+            assert admitted is True  # what admit answered
             made = app()
             self.apps.append(made)
             self.made.set()
@@ -102,7 +101,7 @@ class Server:
             self.failures.append(reason)
             self.failed.set()
 
-        self.acceptor = tls.TLSAcceptor(name="test", context=lambda: ctx, make_protocol=make,
+        self.acceptor = tls.TLSAcceptor(name="test", context=current or (lambda: ctx), make_protocol=make,
                                         admit=lambda transport: True, count_failure=count,
                                         handshake_timeout=timeout, max_connections=100)
         self.server: asyncio.AbstractServer | None = None
@@ -313,8 +312,7 @@ async def test_handshake_failures_are_counted_by_reason(pki):
 
 async def test_connections_refused_before_a_handshake_count_once(pki):
     certificates: list[ssl.SSLContext | None] = [None]
-    async with Server(pki) as server:
-        server.acceptor._context = lambda: certificates[0]
+    async with Server(pki, current=lambda: certificates[0]) as server:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         await ended(reader)
         await closed(writer)

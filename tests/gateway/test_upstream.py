@@ -154,7 +154,7 @@ async def cut_gateway(pki, issuer_key, upstream, dex, handlers):
 @pytest.mark.parametrize("method", ["POST", "PUT", "GET"])
 async def test_a_request_sent_into_a_pooled_connection_the_upstream_closes_is_sent_again(
         cut_gateway, session_for, issuer_key, upstream, method):
-    """With a body (the aiohttp path) and without (the raw path): the request reaches the upstream once, whole."""
+    """With a body (a large one) and without: the request reaches the upstream once, whole."""
     gw, cutter = cut_gateway
     s = session_for(gw)
     headers = {"Authorization": f"Bearer {make_token(issuer_key)}", "Content-Type": "application/json"}
