@@ -297,7 +297,27 @@ class ModuleManager:
         for obj in rendered:
             if obj["kind"] == "DexClient":
                 self._dex_client(obj)
+        if any(o["kind"] == "MutatingAdmissionPolicy" for o in objs):
+            await self._until_clusterpeers_writable()
         self.applied_values = values
+
+    async def _until_clusterpeers_writable(self, timeout: float = 30.0) -> None:
+        """Until kube-apiserver takes a ClusterPeer write (a dry-run create): a MutatingAdmissionPolicy that matches
+        a custom resource answers every write of it 503 "Resource kind ... not found" until the policy's type
+        converter has learnt the CRD's schema, whatever its failurePolicy. Deckhouse installs the module long before
+        anyone creates a ClusterPeer; the lab's tests create one at once, so the install ends once writes pass."""
+        probe = {"apiVersion": "peering.deckhouse.io/v1alpha1", "kind": "ClusterPeer",
+                 "metadata": {"name": "lab-admission-probe"}, "spec": {"type": "Invite"}}
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            try:
+                await asyncio.to_thread(self.api.request, "POST", "/apis/peering.deckhouse.io/v1alpha1/clusterpeers",
+                                        probe, params={"dryRun": "All"})
+                return
+            except ApiError as e:
+                if e.code not in (404, 503) or asyncio.get_running_loop().time() > deadline:
+                    raise
+            await asyncio.sleep(0.1)  # a bounded poll of the API server's own readiness
 
     async def _start_process(self) -> None:
         """The ServiceAccount's token for the process (a Pod's mounted token), and the process once allowed. A

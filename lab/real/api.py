@@ -37,7 +37,7 @@ from typing import Any, AsyncIterator, Coroutine, Mapping, TypeVar
 
 from control import kube
 from lab.apiserver.errors import ApiError
-from lab.real.documents import strip_schema_keys
+from lab.real.documents import strip_schema_keys, writable_probe
 
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION")
@@ -362,6 +362,18 @@ class HttpApi:
                         raise ApiError(e.code, e.reason, f"CRD {crd['metadata']['name']} is not served at {path} "
                                                          f"after {timeout:.0f} s: {e.message}") from None
                 time.sleep(0.05)  # bounded poll: kube-apiserver says nothing when a new resource is served
+            probe_path, probe = writable_probe(crd, version)
+            while True:  # listed is not yet writable: seeding.install_crds says why
+                try:
+                    self.request("POST", probe_path, probe, params={"dryRun": "All"})
+                    break
+                except ApiError as e:
+                    if e.code not in (404, 429, 503):
+                        break
+                    if time.monotonic() > deadline:
+                        raise ApiError(e.code, e.reason, f"CRD {crd['metadata']['name']} lists but takes no write "
+                                                         f"at {probe_path} after {timeout:.0f} s: {e.message}") from None
+                time.sleep(0.05)
         self.forget_discovery()
 
     def crd_installed(self, name: str) -> bool:

@@ -50,3 +50,12 @@ def strip_schema_keys(crd: dict, keys: tuple[str, ...]) -> list[str]:
             walk(version.get("schema"), f"{crd.get('metadata', {}).get('name')}/spec/versions/{i}/schema")
     return found
 
+
+def writable_probe(crd: Mapping, version: str) -> tuple[str, dict]:
+    """The collection path and an empty object of a CRD's `version`, for a dry-run create that tells whether the
+    kind takes writes yet (the namespaced ones in `default`)."""
+    spec = crd["spec"]
+    where = "/namespaces/default" if spec.get("scope") == "Namespaced" else ""
+    path = f"/apis/{spec['group']}/{version}{where}/{spec['names']['plural']}"
+    return path, {"apiVersion": f"{spec['group']}/{version}", "kind": spec["names"]["kind"],
+                  "metadata": {"name": "lab-writable-probe"}}

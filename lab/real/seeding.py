@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Mapping
 import aiohttp
 
 from lab import certs
-from lab.real.documents import ApplyError, load_documents, strip_schema_keys
+from lab.real.documents import ApplyError, load_documents, strip_schema_keys, writable_probe
 from lab.real.process import POLL_INTERVAL
 
 FIELD_MANAGER = "lab"
@@ -137,6 +137,20 @@ class Seeding:
                                 raise ApplyError(f"CRD {name} is Established but listing {group}/{version} "
                                                  f"{plural} answers {r.status}")
                         await asyncio.sleep(POLL_INTERVAL)
+                    # Listed is not yet writable either: for a moment a create is answered 404, or 503 "Resource
+                    # kind ... not found. There can be a delay between when CustomResourceDefinitions are created
+                    # and when they are available". A dry-run create that reaches validation (any other answer,
+                    # a 422 for this empty object included) says the kind takes writes.
+                    path, probe = writable_probe(crd, version)
+                    while True:
+                        async with s.post(path, params={"dryRun": "All"}, json=probe) as r:
+                            await r.read()
+                            if r.status not in (404, 429, 503):
+                                break
+                            if time.monotonic() > deadline:
+                                raise ApplyError(f"CRD {name} lists but a create of {group}/{version} {plural} "
+                                                 f"still answers {r.status}")
+                        await asyncio.sleep(POLL_INTERVAL)
         self._discovery.clear()
         return stripped
 
@@ -165,3 +179,4 @@ async def response_body(r: aiohttp.ClientResponse) -> dict:
     except ValueError:
         return {"message": text.strip()}
     return body if isinstance(body, dict) else {"message": text.strip()}
+
