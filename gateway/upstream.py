@@ -1,10 +1,7 @@
-"""A lean HTTP/1.1 client for the proxy's hot path: pooled TLS connections to one upstream.
-
-aiohttp's ClientSession costs about as much CPU per request as everything else the gateway does together
-(URL objects, header multidicts, timers, traces, cookie handling). A proxy needs none of that: it writes the head
-it already has, follows the answer with the data plane's one response framer (`framing.ResponseFramer`), and
-streams the body. Dex and TokenReview, which are not per request, keep using ClientSession.
-"""
+"""A lean HTTP/1.1 client for the proxy's hot path: pooled TLS connections to one upstream. aiohttp's ClientSession
+costs about as much CPU per request as everything else the gateway does together; a proxy writes the head it has,
+follows the answer with the one response framer (`framing.ResponseFramer`) and streams the body. Dex and the
+TokenReview, which are not per request, keep using ClientSession."""
 
 from __future__ import annotations
 
@@ -22,8 +19,7 @@ from gateway.tlsalerts import refused_certificate
 REUSE_IDLE_SECONDS = 60.0
 
 
-#: The kind of an UpstreamError whose upstream refused our client certificate (a TLS alert; tlsalerts.py).
-CERTIFICATE_REFUSED = "certificate_refused"
+CERTIFICATE_REFUSED = "certificate_refused"  # an upstream refused our client certificate (a TLS alert)
 
 
 class UpstreamError(Exception):
@@ -334,15 +330,19 @@ class TLSPool(Generic[_P]):
         """A new connection made by `factory`, counted in `all`; UpstreamError when it cannot be made."""
         if self.closed:
             raise UpstreamError("connect", "the gateway is stopping")
-        try:
-            target = (await self.resolver.resolve(self.host, self.port))[0]
-            conn = await tlsstream.connect(factory, target["host"], target["port"], self.ssl,
-                                           server_hostname=self.host, timeout=self.connect_timeout)
-        except (OSError, TimeoutError, IndexError, ssl.SSLError, ValueError) as exc:
-            alert = refused_certificate(exc)
-            if alert is not None:
-                raise UpstreamError(CERTIFICATE_REFUSED, alert) from None
-            raise UpstreamError("connect", type(exc).__name__) from None
+        for attempt in (1, 2):
+            try:
+                target = (await self.resolver.resolve(self.host, self.port))[0]
+                conn = await tlsstream.connect(factory, target["host"], target["port"], self.ssl,
+                                               server_hostname=self.host, timeout=self.connect_timeout)
+                break
+            except (OSError, TimeoutError, IndexError, ssl.SSLError, ValueError) as exc:
+                alert = refused_certificate(exc)
+                if alert is not None:
+                    raise UpstreamError(CERTIFICATE_REFUSED, alert) from None
+                if attempt == 1 and isinstance(exc, (ConnectionRefusedError, ConnectionResetError)):
+                    continue  # behind a Service the next connection may reach a live endpoint: once more
+                raise UpstreamError("connect", type(exc).__name__) from None
         self.all.add(conn)
         return conn
 
