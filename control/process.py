@@ -208,6 +208,7 @@ async def run_process(settings: Settings, stop: asyncio.Event) -> None:
 
     resolver = OverrideResolver(settings.resolve)
     kube = await KubeSession.connect(settings.kube.kubeconfig, resolver=resolver)
+    informers_for_dex: Informers | None = None
     try:
         handlers = Handlers()
         # The Dex client's ID is read once at start (the gateway's exchange client is built with it); its secret
@@ -216,7 +217,7 @@ async def run_process(settings: Settings, stop: asyncio.Event) -> None:
         dex = DexClientCredentials(informers_for_dex, settings.kube.namespace, settings.dex)
         informers_for_dex.start()
         try:
-            await asyncio.wait_for(dex.informer.synced.wait(), timeout=30)
+            await _unless_stopped(stop, asyncio.wait_for(dex.informer.synced.wait(), timeout=30))
         except asyncio.TimeoutError:
             raise ValueError(f"cannot read Secret {settings.kube.namespace}/{dex.name} "
                              f"through the API: {dex.informer.last_error or 'no answer'}; check the kubeconfig "
@@ -233,7 +234,7 @@ async def run_process(settings: Settings, stop: asyncio.Event) -> None:
         gateway.on_exchange_change = runtime.exchange_changed
         gateway.metrics.registry.register(runtime.metrics)
         try:
-            await runtime.start()
+            await _unless_stopped(stop, runtime.start())
             ports = {"entrance": gateway.entrance_port, "join": gateway.join_port, "egress": gateway.egress_port,
                      "ops": gateway.ops_port}
             log.info("listening", extra={"ports": ports, "bind_host": settings.listen.bind_host})
@@ -243,7 +244,34 @@ async def run_process(settings: Settings, stop: asyncio.Event) -> None:
             log.info("stopping")
         finally:
             await runtime.stop()
-            await informers_for_dex.stop()
+    except Stopped:
+        log.info("stopped while starting")
     finally:
+        if informers_for_dex is not None:
+            await informers_for_dex.stop()
         await kube.close()
         await resolver.close()
+
+
+class Stopped(Exception):
+    """The stop came while the process was still starting."""
+
+
+async def _unless_stopped(stop: asyncio.Event, step: Any) -> Any:
+    """What `step` (a coroutine of the start) comes to, or Stopped once `stop` is set first: a SIGTERM while the
+    API server is slow to answer (or gone, with the lab that ran it) ends the process at once, not after the
+    start's own timeouts. The step is cancelled then; what it had started is stopped by the caller."""
+    task = asyncio.ensure_future(step)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        stopping.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    raise Stopped

@@ -10,6 +10,7 @@ import signal
 import sys
 
 import aiohttp
+import yaml
 import pytest
 
 from tests.control.conftest import NAMESPACE, eventually
@@ -69,3 +70,46 @@ async def test_peering_run_serves_readyz_and_stops_on_a_signal(api, tmp_path, st
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_a_stop_while_starting_ends_the_process_at_once(api, tmp_path):
+    """The API server takes connections and never answers (hung, or gone with the lab that ran it): a SIGTERM
+    while `peering run` waits for its first reads ends it at once, not after the start's 30 s timeout."""
+    _, kubeconfig = api
+    held: list[asyncio.StreamWriter] = []
+    connected = asyncio.Event()
+
+    async def black_hole(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        connected.set()
+
+    hole = await asyncio.start_server(black_hole, "127.0.0.1", 0)
+    port = hole.sockets[0].getsockname()[1]
+    config = yaml.safe_load(kubeconfig.read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    hung = tmp_path / "hung-kubeconfig"
+    hung.write_text(yaml.safe_dump(config))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "control.cli", "run", "--kubeconfig", str(hung),
+        "--public-domain-template", "%s.s.lab", "--bind-host", "127.0.0.1", "--entrance-port", "0",
+        "--join-port", "0", "--egress-port", "0", "--ops-port", "0", "--identity", "replica-1",
+        "--dex-url", "https://dex.s.lab", "--resolve", "dex.s.lab=127.0.0.1:9",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        # Its first read has reached the API server: the process is starting, its signal handlers in place.
+        await asyncio.wait_for(connected.wait(), 30)
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 10)
+        stderr = (await proc.stderr.read()).decode()
+        assert proc.returncode == 0, stderr[-3000:]
+        lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        assert any(line["msg"] == "stopped while starting" for line in lines), stderr[-3000:]
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        for writer in held:
+            writer.close()
+        hole.close()
+        await hole.wait_closed()
