@@ -203,3 +203,32 @@ async def test_a_pooled_connection_the_peers_entrance_closed_is_tried_once_more(
         assert [r["body"] for r in upstream.requests] == [b'{"first":1}', b'{"second":22}']
     finally:
         await cutter.stop()
+
+
+@pytest.mark.parametrize("head", [
+    b"GET /api HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n",
+    b"POST /api/v1/namespaces HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"GET /api HTTP/1.0\r\nHost: x\r\n\r\n",
+    b"GET /api HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n",
+    b"GET /api HTTP/1.1\r\nHost: x\r\nExpect: nothing-else\r\n\r\n",
+], ids=["no-colon", "ambiguous-length", "http-1.0", "oversized", "expect"])
+async def test_a_head_the_reader_refuses_is_answered_on_the_egress_as_on_the_entrance(gateway, egress_for, pki,
+                                                                                      head):
+    """One reader for both listeners: the same code, reason and message, and the connection ends."""
+    egress = await egress_for()
+    answers = []
+    for port, ssl_context, name in ((gateway.entrance_port, client_ssl(pki), ENTRANCE_HOST),
+                                    (egress.egress_port, client_ssl(pki, None), EGRESS_HOST)):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ssl_context, server_hostname=name)
+        try:
+            writer.write(head)
+            await writer.drain()
+            code, answer_head, body = await _answer(reader)
+            async with asyncio.timeout(5):
+                assert await reader.read() == b""
+        finally:
+            await close_stream(writer)
+        status = json.loads(body)
+        assert b"Connection: close" in answer_head and code >= 400
+        answers.append((code, status["reason"], status["message"]))
+    assert answers[0] == answers[1]
