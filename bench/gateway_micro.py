@@ -2,7 +2,7 @@
 
     python -m bench.gateway_micro [requests]
 
-A real EntranceProtocol and Relay (with the real admission chain, framing and accounting of a GatewayState) run
+A real Connection (gateway/engine.py) and Relay (with the real admission chain, framing and accounting of a GatewayState) run
 against in-memory transports, with the peer, the verified token and the exchanged token already cached (the keep-alive case of bench/gateway_bench.py). It prints the best of five
 rounds in microseconds of this process's CPU time per request: what the gateway's own code costs, apart from the kernel and TLS work that
 gateway_bench.py measures in full. Deterministic enough to compare two versions of the hot path on a busy
@@ -18,7 +18,8 @@ import time
 from types import SimpleNamespace
 
 from gateway.config import GatewayConfig
-from gateway.entrance import EntranceProtocol
+from gateway.engine import Connection
+from gateway.listeners import Entrance
 from gateway.metrics import Metrics
 from gateway.registry import Registry
 from gateway.relay import Relay
@@ -91,7 +92,7 @@ async def measure(requests: int, rounds: int = 5) -> float:
     pool.idle.append(relay)
     real_relay_pool, state.relay_pool = state.relay_pool, pool  # type: ignore[assignment]
     client = MemoryTransport()
-    proto = EntranceProtocol(state, None, "fp")  # type: ignore[arg-type,return-value]
+    proto = Connection(state, None, Entrance(), "fp")  # type: ignore[arg-type,return-value]
     proto.connection_made(client)
     best = float("inf")
     try:

@@ -23,8 +23,6 @@ import time
 
 from cachetools import LRUCache
 
-from contract import reasons
-from contract.errors import Refusal
 from gateway.config import GatewayConfig
 from gateway.metrics import Metrics
 
@@ -37,48 +35,12 @@ OUTCOMES = ANSWERED, REFUSED, INTERRUPTED, CLIENT_CLOSED, WITHDRAWN, ERROR = (
 CLIENT_CLOSED_CODE = 499
 
 
-class Outcome:
-    """What one request came to, filled in as it goes: the code the client got (0 until an answer began), the
-    outcome (None until known), and the reason of a refusal."""
-
-    __slots__ = ("code", "outcome", "reason")
-
-    def __init__(self) -> None:
-        self.code = 0
-        self.outcome: str | None = None
-        self.reason: str | None = None
-
-    def began(self, code: int) -> None:
-        """The answer's head, with `code`, went (or goes) to the client."""
-        self.code = code
-
-    def refused(self, refusal: Refusal) -> None:
-        self.code, self.outcome, self.reason = refusal.code, REFUSED, refusal.reason
-
-    def failed(self) -> None:
-        """A fault inside the gateway: the client gets 500 InternalError, unless an answer had begun."""
-        self.code, self.outcome, self.reason = self.code or 500, ERROR, reasons.INTERNAL_ERROR
-
-    def ended(self, outcome: str) -> None:
-        """The request ended as `outcome`, unless it had ended otherwise first (a cut that follows a withdrawal
-        or an interrupted upstream is theirs); 499 when no answer had begun."""
-        if self.outcome is None:
-            self.outcome = outcome
-        if not self.code:
-            self.code = CLIENT_CLOSED_CODE
-
-    def withdraw(self) -> None:
-        """The gateway ends the request: what admitted it was withdrawn (authority.OpenStreams)."""
-        self.ended(WITHDRAWN)
-
-
 class Accounting:
     def __init__(self, metrics: Metrics, config: GatewayConfig) -> None:
         self.metrics = metrics
         self._config = config  # read on every request: config.access_log may be switched while serving
         # Metric children looked up once: labels() takes a lock and builds a tuple on every call.
         self.in_flight = {n: metrics.in_flight.labels(n) for n in ("entrance", "egress")}
-        self.entrance_in_flight = self.in_flight["entrance"]
         self._latency = {n: metrics.latency.labels(n) for n in LISTENERS}
         # Bounded (labels are, but a flood of distinct peers is not a reason to grow): an LRU of metric children,
         # evicting one at a time; an evicted child is looked up again, its count is kept by the metric.
@@ -108,12 +70,6 @@ class Accounting:
                 line["reason"] = reason
             line["ms"] = None if elapsed is None else round(elapsed * 1000, 3)
             access_log.info(json.dumps(line, separators=(",", ":")))
-
-    def record(self, listener: str, peer: str, caps: str, method: str, path: str, outcome: Outcome,
-               start: float | None) -> None:
-        """`finish` with what `outcome` came to."""
-        self.finish(listener, peer, caps, method, path, outcome.code or 500, start, outcome.outcome or ERROR,
-                    outcome.reason)
 
     def refused_head(self, listener: str, peer: str, code: int, reason: str) -> None:
         """A request refused before its head was read whole (a parse error, a head too slow): no method, path or

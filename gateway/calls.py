@@ -6,19 +6,16 @@ of them) and answered as JSON; a Refusal is answered as every other."""
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from contract import reasons
 from contract.errors import Refusal
-from gateway.accounting import ANSWERED, ERROR
+from gateway.accounting import ANSWERED
 from gateway.admission import ClientState, admit_peer_call, caught_up
 from gateway.headers import Fields, connection_tokens
 from gateway.heads import Request
 from gateway.protocol import ControlHandlers, PeerCall
 from gateway.state import GatewayState
-
-log = logging.getLogger("gateway")
 
 
 def json_object(data: bytes) -> dict:
@@ -49,9 +46,9 @@ async def answer_peer_call(state: GatewayState, handlers: ControlHandlers, clien
 
 
 class PeerCalls:
-    """The peer calls of one entrance connection (entrance.EntranceProtocol, which this is a part of: it reads
-    the heads and bodies, this admits, waits and answers, through the protocol's own `_open_body`, `_refuse`,
-    `_end`)."""
+    """The peer calls of one entrance connection (engine.Connection, which this is a part of: it reads the heads
+    and bodies, this admits, waits and answers, through the connection's own `_open_body`, `_refuse`,
+    `_failed`, `_end`)."""
 
     __slots__ = ()
     state: GatewayState
@@ -92,16 +89,8 @@ class PeerCalls:
             answer = await answer_peer_call(self.state, self.handlers, self.client, self.peering_fp,  # type: ignore
                                             request.method.decode("latin-1"), request.target.decode("latin-1"),
                                             decision, payload, self.close_after)
-        except Refusal as refusal:
-            self.task = None
-            self._refuse(refusal)
-            return
-        except Exception as exc:  # the traceback names code, never the request's headers or body
-            log.error("request failed inside the gateway: %s", type(exc).__name__, exc_info=exc)
-            self.task = None
-            self.close_after = True
-            self._refuse(Refusal(500, reasons.INTERNAL_ERROR, "the gateway failed to answer this request; it is "
-                                 "logged"), ERROR)
+        except Exception as exc:
+            self._failed(exc)
             return
         self.task = None
         if self.transport is not None:

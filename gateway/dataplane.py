@@ -1,7 +1,8 @@
 """The data plane of one process: the listeners it serves over one `GatewayState`. The process's `Gateway`
 (server.py) composes one for its own listeners, and each worker process (worker.py) one for the entrance and the
-egress. Only I/O lives here: the TLS acceptors, aiohttp's low-level servers and the raw-path protocol, bound to
-their sockets; what a request may do is decided in admission.py."""
+egress. Only I/O lives here: the TLS acceptors of the entrance and the egress with the engine's protocol
+(engine.Connection, each with its listener's ways: listeners.py), aiohttp's low-level servers of the join and ops
+listeners, bound to their sockets; what a request may do is decided in admission.py."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from contract import reasons
 from gateway.config import GatewayConfig
-from gateway.entrance import EntranceProtocol
+from gateway.engine import Connection
 from gateway.http import HTTPProtocol, HTTPServer, status_response
-from gateway.listeners import Egress, Join
+from gateway.join import Join
+from gateway.listeners import Egress, Entrance
 from gateway.metrics import Metrics
 from gateway.protocol import ControlHandlers
 from gateway.registry import Registry
 from gateway.state import GatewayState
 from gateway.tls import TLSAcceptor, server_context
+from gateway.tlsstream import TLSStream
 
 LISTENERS = ("entrance", "egress", "join", "ops")
 _CHUNK = 64 * 1024
@@ -69,6 +72,8 @@ class DataPlane:
         self._servers: list[asyncio.AbstractServer] = []
         self._http: list[HTTPServer] = []
         self._acceptors: list[TLSAcceptor] = []
+        #: The egress's connections after their handshake (the entrance's are `state.connections`'): ended at stop.
+        self._egress_streams: set[TLSStream] = set()
 
     async def start(self, registry: Registry, sockets: dict[str, socket.socket] | None = None) -> None:
         """Bind the listeners (or serve the given pre-bound sockets, as a worker does)."""
@@ -78,21 +83,25 @@ class DataPlane:
         http_kwargs = dict(max_line_size=limits.max_header_bytes, max_field_size=limits.max_header_bytes,
                            max_headers=limits.max_headers, keepalive_timeout=limits.idle_timeout,
                            auto_decompress=False, read_bufsize=_CHUNK, head_timeout=limits.request_head_timeout)
-        egress_http = HTTPServer(Egress(state), on_refused=_refused_head(state, "egress"), **http_kwargs)
         join_http = HTTPServer(Join(state, self.handlers), on_refused=_refused_head(state, "join"), **http_kwargs)
         ops_http = HTTPServer(self._ops, **http_kwargs)
-        self._http = [egress_http, join_http, ops_http]
+        self._http = [join_http, ops_http]
         count = self.metrics.handshake_failures
+        peers, consumers = Entrance(), Egress()
         entrance = TLSAcceptor(name="entrance", context=lambda: self._certs and self._certs.entrance,
-                               make_protocol=lambda fp: EntranceProtocol(state, self.handlers, fp),
+                               make_protocol=lambda fp: Connection(state, self.handlers, peers, fp),
                                admit=state.connections.admit,
                                count_failure=lambda reason: count.labels("entrance", reason).inc(),
                                handshake_timeout=limits.handshake_timeout, max_connections=limits.max_connections,
                                on_connect=state.connections.track, on_lost=state.connections.untrack)
         egress = TLSAcceptor(name="egress", context=lambda: self._certs and self._certs.egress,
-                             make_protocol=lambda admitted: egress_http(), admit=lambda transport: True,
+                             # No client certificate on the egress: no fingerprint.
+                             make_protocol=lambda admitted: Connection(state, self.handlers, consumers, None),
+                             admit=lambda transport: True,
                              count_failure=lambda reason: count.labels("egress", reason).inc(),
-                             handshake_timeout=limits.handshake_timeout, max_connections=limits.max_connections)
+                             handshake_timeout=limits.handshake_timeout, max_connections=limits.max_connections,
+                             on_connect=lambda stream, admitted: self._egress_streams.add(stream),
+                             on_lost=self._egress_streams.discard)
         self._acceptors = [entrance, egress]
         # Read at each scrape: every TCP connection an acceptor holds, from its accept to its end.
         for acceptor in self._acceptors:
@@ -136,6 +145,9 @@ class DataPlane:
             await acceptor.close()
         if self.state is not None:
             self.state.connections.abort_all()
+        for stream in list(self._egress_streams):
+            stream.abort()
+        self._egress_streams.clear()
         for http in self._http:
             for conn in http.connections:
                 if conn.transport is not None:
@@ -163,5 +175,5 @@ class DataPlane:
 
 def _refused_head(state: GatewayState, listener: str) -> Callable[[HTTPProtocol, int, str], None]:
     """What accounts for a request of `listener` that the HTTP edge refused before its handler saw it (no peer:
-    neither the egress's nor the join's clients are peers)."""
+    the join's clients are not peers)."""
     return lambda proto, code, reason: state.accounting.refused_head(listener, "-", code, reason)

@@ -1,4 +1,5 @@
-"""The HTTP edge shared by all listeners: aiohttp's low-level server with parse errors answered as Status."""
+"""The HTTP edge of the join and ops listeners: aiohttp's low-level server with parse errors answered as Status
+(the entrance and the egress are the engine's, engine.py)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def parse_error_status(status: int, exc: BaseException | None) -> tuple[int, str
 
 
 class HTTPProtocol(web_protocol.RequestHandler):
-    """One HTTP/1.1 connection of the egress, the join or the ops listener.
+    """One HTTP/1.1 connection of the join or the ops listener.
 
     A request head must be complete within `head_timeout` seconds of its first bytes (of the connection, or after
     the previous request's handler): a client trickling one is answered 408 and closed. `on_refused` is told of

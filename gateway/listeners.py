@@ -1,171 +1,104 @@
-"""What the aiohttp listeners answer: the egress (each request admitted by `admission`, the chain the entrance
-calls too, and forwarded by `proxy`) and the join listener (handed to the control loop as a typed call,
-`protocol`); every refusal is a Kubernetes Status."""
+"""What differs between the two listeners the engine serves (engine.Connection): the entrance, where peers' requests
+come over mTLS toward this cluster's API server, and the egress, where local consumers' requests go toward a peer's
+entrance. Each is a small object the connection is made with: its name (accounting and metrics), its admission
+(`admission.admit_entrance` with the client certificate's fingerprint, `admission.admit_egress`), whether it
+answers the peer protocol's calls, the relay pool an admitted request goes to, what `state.streams` holds the
+request with, and what a failed upstream means to its client. Everything else, every connection-level behaviour,
+is the engine's, once."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
-from typing import Any, Awaitable, Callable, Coroutine
-
-from aiohttp import web
-
-from contract import reasons
 from contract.errors import Refusal
-from contract.paths import JOIN_PATH
-from gateway.accounting import ANSWERED, CLIENT_CLOSED, Outcome
-from gateway.admission import ClientState, admit_egress, caught_up, closes_connection, complete, not_held
-from gateway.authority import Authority
-from gateway.calls import json_object
-from gateway.http import JSON, status_response
-from gateway.joinlimit import JoinRateLimit, client_address, token_id, trusted_networks
-from gateway.protocol import ControlHandlers, JoinCall
-from gateway.proxy import forward
+from gateway.admission import ClientState, Decision, NeedsReview, admit_egress, admit_entrance
+from gateway.authority import Authority, request_namespace
+from gateway.heads import Request
+from gateway.relay import RelayPool
 from gateway.state import GatewayState
+from gateway.status import upstream_refusal
+from gateway.upstream import UpstreamError
 
 
-def _target(request: web.BaseRequest) -> bytes:
-    # aiohttp decodes the target as UTF-8 with surrogate escapes: this gives back the bytes that came.
-    return request.raw_path.encode("utf-8", "surrogateescape")
+class Listener:
+    """One listener's ways. `name` labels its accounting and metrics; `peer_calls`: requests under /peering/v1/
+    are the peer protocol's calls (calls.PeerCalls), not proxied."""
+
+    __slots__ = ("name", "peer_calls")
+
+    def __init__(self, name: str, peer_calls: bool) -> None:
+        self.name = name
+        self.peer_calls = peer_calls
+
+    def admit(self, state: GatewayState, client: ClientState, fingerprint: str | None, request: Request, *,
+              until: float | None = None) -> object:
+        """The admission's decision for `request` (Admitted, NeedsExchange, NeedsReview or AwaitRegistry), or the
+        Refusal of the first rule it fails; `until` as for `admission.caught_up`'s re-admission."""
+        raise NotImplementedError
+
+    def pool(self, state: GatewayState, decision: Decision) -> RelayPool:
+        """Where the request admitted by `decision` (before its exchange or review) goes; a Refusal when none can."""
+        raise NotImplementedError
+
+    def authority(self, client: ClientState, decision: Decision) -> Authority | None:
+        """What admitted the request (`decision`, its exchange or review done): `state.streams` holds it with it."""
+        raise NotImplementedError
+
+    def namespace(self, target: bytes, watch: bool) -> str | None:
+        """The namespace `state.streams` checks the request's grants in (authority.OpenStreams.add)."""
+        return None
+
+    def upstream_refusal(self, err: UpstreamError, client: ClientState) -> Refusal:
+        """What the client is answered when the upstream fails before answering."""
+        raise NotImplementedError
 
 
-def _body_framing(request: web.BaseRequest) -> tuple[int | None, bool]:
-    length = request.content_length
-    return length, request.body_exists and length is None
+class Entrance(Listener):
+    """A peer's requests, identified by its client certificate, to this cluster's API server (`state.relay_pool`)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__("entrance", peer_calls=True)
+
+    def admit(self, state: GatewayState, client: ClientState, fingerprint: str | None, request: Request, *,
+              until: float | None = None) -> object:
+        return admit_entrance(state, client, fingerprint, request.method, request.target, request.fields,
+                              request.length, request.chunked, until=until)
+
+    def pool(self, state: GatewayState, decision: Decision) -> RelayPool:
+        return state.relay_pool
+
+    def authority(self, client: ClientState, decision: Decision) -> Authority | None:
+        return client.authority  # set by admit_entrance, from the verified token and the certificate
+
+    def namespace(self, target: bytes, watch: bool) -> str | None:
+        return request_namespace(target) if watch else None  # a watch outlives a project's unpairing
+
+    def upstream_refusal(self, err: UpstreamError, client: ClientState) -> Refusal:
+        return upstream_refusal(err)
 
 
-class Egress:
-    """A local consumer's request to a peer's API: reviewed here, then sent over mTLS to the peer's entrance."""
+class Egress(Listener):
+    """A local consumer's requests to a peer's API, through the peer's entrance (`state.peer_pool`)."""
 
-    def __init__(self, state: GatewayState) -> None:
-        self.state = state
+    __slots__ = ()
 
-    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        return await _served(self.state, "egress", request, lambda client, outcome: self._serve(
-            request, client, outcome))
+    def __init__(self) -> None:
+        super().__init__("egress", peer_calls=False)
 
-    async def _serve(self, request: web.BaseRequest, client: ClientState, outcome: Outcome) -> web.StreamResponse:
-        state = self.state
-        length, chunked = _body_framing(request)
-        args = (state, client, request.method.encode(), _target(request), request.raw_headers, length, chunked)
-        decision = await caught_up(state, admit_egress(*args), admit_egress, *args)
-        admitted = await complete(state, client, decision)
-        pool = state.peer_pool(decision.peer)
-        authority = Authority(decision.peer.name, frozenset(client.capabilities.split(",")), decision.account,
-                              decision.expires)
-        return await _held(state, request, authority, outcome,
-                           forward(state, request, "egress", client.peer, pool, admitted, outcome))
+    def admit(self, state: GatewayState, client: ClientState, fingerprint: str | None, request: Request, *,
+              until: float | None = None) -> object:
+        return admit_egress(state, client, request.method, request.target, request.fields, request.length,
+                            request.chunked, until=until)
 
+    def pool(self, state: GatewayState, decision: Decision) -> RelayPool:
+        assert isinstance(decision, NeedsReview)  # admit_egress admits nothing before its TokenReview
+        return state.peer_pool(decision.peer)
 
-async def _served(state: GatewayState, listener: str, request: web.BaseRequest,
-                  serve: Callable[[ClientState, Outcome], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    """Serve one request of the entrance or the egress and account for what it came to (accounting.OUTCOMES):
-    a refusal is answered as a Status, a client that goes away (cancelling the handler, or found gone on a write)
-    ends it as client_closed with the code its answer had begun with."""
-    start = time.perf_counter()
-    client = ClientState()
-    outcome = Outcome()
-    in_flight = state.accounting.in_flight[listener]
-    in_flight.inc()
-    try:
-        resp = await serve(client, outcome)
-        if not outcome.code:
-            outcome.began(resp.status)
-        outcome.ended(ANSWERED)
-        return resp
-    except Refusal as refusal:
-        outcome.refused(refusal)
-        return status_response(refusal.code, refusal.reason, refusal.message, close=closes_connection(refusal),
-                               retry_after=refusal.retry_after)
-    except (asyncio.CancelledError, ConnectionError):
-        outcome.ended(CLIENT_CLOSED)
-        raise
-    except Exception:
-        outcome.failed()  # http.py answers 500 InternalError and logs the traceback
-        raise
-    finally:
-        in_flight.dec()
-        state.accounting.record(listener, client.peer, client.capabilities, request.method, request.path, outcome,
-                                start)
+    def authority(self, client: ClientState, decision: Decision) -> Authority | None:
+        assert isinstance(decision, NeedsReview)
+        # The review answered the capabilities granted (admission.complete): the stream ends when none is any more.
+        return Authority(decision.peer.name, frozenset(client.capabilities.split(",")), decision.account,
+                         decision.expires)
 
-
-async def _held(state: GatewayState, request: web.BaseRequest, authority: Authority | None, outcome: Outcome,
-                forwarding: Coroutine[Any, Any, web.StreamResponse], namespace: str | None = None
-                ) -> web.StreamResponse:
-    """Forward while `state.streams` holds the request with what admitted it: when a registry or the token's
-    expiry withdraws that, the client's connection is aborted (the handler is cancelled with it) and the request
-    ends as withdrawn."""
-    key = object()
-    transport = request.transport
-
-    def withdraw() -> None:
-        outcome.withdraw()
-        transport.abort()  # type: ignore[union-attr]
-
-    if authority is None or transport is None or not state.streams.add(key, authority, withdraw, state.registry,
-                                                                         namespace):
-        forwarding.close()
-        raise not_held(authority)
-    try:
-        return await forwarding
-    finally:
-        state.streams.discard(key)
-
-
-class Join:
-    """POST /v1/join, handed to the control loop; refused joins count against the client's address and the
-    attempt's token ID (joinlimit), the address as the trusted Ingress reports it."""
-
-    def __init__(self, state: GatewayState, handlers: ControlHandlers) -> None:
-        self.state = state
-        self.handlers = handlers
-        self.limit = JoinRateLimit(state.limits.join_failures_per_minute)
-        self.trusted = trusted_networks(state.config.trusted_proxies)
-
-    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        start = time.perf_counter()
-        code = 500
-        remote = client_address(request.remote, request.headers.get("X-Forwarded-For"),
-                                request.headers.get("X-Real-IP"), self.trusted)
-        try:
-            if request.path != JOIN_PATH:
-                raise Refusal(404, reasons.NOT_FOUND, f"the join listener serves POST {JOIN_PATH} only")
-            if request.method != "POST":
-                raise Refusal(405, reasons.METHOD_NOT_ALLOWED, f"{JOIN_PATH} takes POST")
-            if not self.limit.allows(remote):
-                raise Refusal(429, reasons.TOO_MANY_ATTEMPTS, "too many refused join attempts from this address in "
-                              "a minute; wait a minute and check the connection string")
-            body = await read_json(request, self.state.limits.max_join_bytes)
-            tid = token_id(body)
-            # Over the token ID's limit the control loop still lets a token that verifies through (JoinCall).
-            limited = not self.limit.allows(remote, tid)
-            try:
-                answer = await self.handlers.join(JoinCall(body=body, remote=remote, token_limited=limited))
-            except Refusal as err:
-                if 400 <= err.code < 500:
-                    self.limit.refused(remote, tid)
-                raise
-            code = 200
-            return web.Response(body=json.dumps(answer).encode(), content_type=JSON)
-        except Refusal as refusal:
-            code = refusal.code
-            return status_response(refusal.code, refusal.reason, refusal.message)
-        finally:
-            self.state.accounting.finish("join", "-", "-", request.method, request.path, code, start)
-
-
-async def read_json(request: web.BaseRequest, limit: int) -> dict:
-    """The request's body as a JSON object of at most `limit` bytes, or the Refusal saying what is wrong."""
-    if request.content_length is not None and request.content_length > limit:
-        raise Refusal(413, reasons.REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {limit} bytes")
-    chunks, seen = [], 0
-    while True:
-        chunk = await request.content.readany()
-        if not chunk:
-            break
-        seen += len(chunk)
-        if seen > limit:
-            raise Refusal(413, reasons.REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {limit} bytes")
-        chunks.append(chunk)
-    return json_object(b"".join(chunks))
+    def upstream_refusal(self, err: UpstreamError, client: ClientState) -> Refusal:
+        return upstream_refusal(err, client.peer)  # a peer's entrance refusing our certificate is named

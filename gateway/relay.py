@@ -1,5 +1,5 @@
-"""The raw path's upstream side: pooled TLS connections to kube-apiserver whose answers are relayed to the
-entrance's client as bytes. The answer is followed by the data plane's one framer (`framing.ResponseFramer`,
+"""The engine's upstream side: pooled TLS connections to one upstream (kube-apiserver for the entrance, a peer's
+entrance for the egress, with our client certificate) whose answers are relayed to the client as bytes. The answer is followed by the data plane's one framer (`framing.ResponseFramer`,
 relaying): only the head is rewritten (`framing.relay_head`), the body goes as it came, and the framing decides
 when both connections are free for the next request."""
 
@@ -9,11 +9,12 @@ import asyncio
 from typing import Any, Protocol
 
 from gateway.framing import Data, FramingError, ResponseFramer, ResponseHead, relay_head
-from gateway.upstream import PooledIdle, TLSPool, UpstreamError
+from gateway.tlsalerts import refused_certificate
+from gateway.upstream import CERTIFICATE_REFUSED, PooledIdle, TLSPool, UpstreamError
 
 
 class RelayOwner(Protocol):
-    """What a Relay reports to during an exchange (the entrance's EntranceProtocol)."""
+    """What a Relay reports to during an exchange (engine.Connection)."""
 
     transport: Any
 
@@ -27,7 +28,7 @@ class RelayOwner(Protocol):
 
 
 class RelayPool(TLSPool["Relay"]):
-    """Keep-alive TLS connections to one upstream for the raw path; each carries one exchange at a time."""
+    """Keep-alive TLS connections to one upstream for the engine; each carries one exchange at a time."""
 
     async def connect(self) -> "Relay":
         return await self.open(lambda: Relay(self))
@@ -124,12 +125,12 @@ class Relay(PooledIdle, asyncio.Protocol):
         if owner is not None:
             owner.response_done()
 
-    def _fail(self, detail: str) -> None:
+    def _fail(self, detail: str, kind: str = "request") -> None:
         owner, self.owner = self.owner, None
         if self.transport is not None:
             self.transport.abort()
         if owner is not None:
-            owner.upstream_failed(UpstreamError("request", detail), self.framer.started)
+            owner.upstream_failed(UpstreamError(kind, detail), self.framer.started)
 
     def detach(self) -> None:
         """The client went away mid-exchange: this connection's answer is unread, so it is dropped."""
@@ -150,6 +151,11 @@ class Relay(PooledIdle, asyncio.Protocol):
         self.pool.forget(self)
         self.transport = None
         if self.owner is not None:
+            alert = refused_certificate(exc)
+            if alert is not None:
+                # A TLS 1.3 server (a peer's entrance) refuses our client certificate on the first read.
+                self._fail(alert, CERTIFICATE_REFUSED)
+                return
             try:
                 events = self.framer.feed_eof()
             except FramingError as err:

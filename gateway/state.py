@@ -27,7 +27,6 @@ from gateway.resolve import OverrideResolver
 from gateway.tls import client_context
 from gateway.tokenreview import TokenReviewer
 from gateway.tokens import VerifiedTokens
-from gateway.upstream import UpstreamPool
 
 
 class GatewayState:
@@ -61,8 +60,8 @@ class GatewayState:
                            max_idle=limits.upstream_pool_size, reuse_idle=limits.upstream_reuse_idle)
         #: kube-apiserver, for the entrance (one pool: the egress's go to the peers' entrances).
         self.relay_pool = RelayPool(api.raw_authority, api_ca, resolver, **pool_kwargs)  # type: ignore[arg-type]
-        self._peer_pools: dict[str, tuple[bytes, UpstreamPool]] = {}
-        self._retired_pools: list[UpstreamPool] = []
+        self._peer_pools: dict[str, tuple[bytes, RelayPool]] = {}
+        self._retired_pools: list[RelayPool] = []
         self._on_exchange = on_exchange
         dex = DexClient(dex_session, config.token_endpoint, config.dex_client_id, config.dex_client_secret,
                         config.dex_audience, limits.exchange_timeout, self._observe_dex, self._exchange_outcome)
@@ -95,7 +94,7 @@ class GatewayState:
         published.set()
         self.streams.recheck(registry)
 
-    def peer_pool(self, peer: Peer) -> UpstreamPool:
+    def peer_pool(self, peer: Peer) -> RelayPool:
         """The pooled mTLS connections toward `peer`'s entrance, made anew when its credentials change."""
         ident = hashlib.sha256(b"\0".join([peer.peer_ca_pem or b"", peer.client_cert_pem or b"",
                                            peer.client_key_pem or b"", (peer.entrance or "").encode()])).digest()
@@ -109,7 +108,7 @@ class GatewayState:
                           f"check the Secret {peer_secret_name(peer.name)}") from None
         limits = self.limits
         assert peer.entrance
-        pool = UpstreamPool(peer.entrance, ctx, self.resolver, connect_timeout=limits.upstream_connect_timeout,
+        pool = RelayPool(peer.entrance, ctx, self.resolver, connect_timeout=limits.upstream_connect_timeout,
                             idle_timeout=limits.idle_timeout, max_idle=limits.upstream_pool_size,
                             reuse_idle=limits.upstream_reuse_idle)
         if entry is not None:

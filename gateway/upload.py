@@ -1,10 +1,10 @@
-"""The body of a request on the entrance's raw path, on its way upstream: read as it arrives (framing's
-`RequestBodyReader`, the bytes relayed as the client framed them, bounded by `Limits.max_body_bytes`), queued
-while the request waits for its admission or an upstream connection, sent once a relay takes it, and kept until
-the answer begins, so that a pooled connection the upstream had closed meanwhile can be retried with the whole
-body (as `upstream.UpstreamPool` does for the egress). After the answer, or a refusal, what is left of the
-body is read and dropped, so that the connection can serve the next request. `Upload` is sans-I/O but for the
-relay's `send`; `Uploading` is the entrance protocol's part that feeds it and decides what a failure means."""
+"""The body of a request on the engine's raw path (the entrance's and the egress's), on its way upstream: read as
+it arrives (framing's `RequestBodyReader`, the bytes relayed as the client framed them, bounded by
+`Limits.max_body_bytes`), queued while the request waits for its admission or an upstream connection, sent once a
+relay takes it, and kept until the answer begins, so that a pooled connection the upstream had closed meanwhile
+can be retried with the whole body. After the answer, or a refusal, what is left of the body is read and
+dropped, so that the connection can serve the next request. `Upload` is sans-I/O but for the relay's `send`;
+`Uploading` is the connection's part that feeds it and decides what a failure means."""
 
 from __future__ import annotations
 
@@ -130,8 +130,8 @@ def body_refusal(exc: FramingError, limit: int) -> Refusal:
 
 
 class Uploading:
-    """The request bodies of one entrance connection (entrance.EntranceProtocol, which this is a part of: it
-    routes the client's bytes here while a body is open, and answers through its own `_refuse`)."""
+    """The request bodies of one connection (engine.Connection, which this is a part of: it routes the client's
+    bytes here while a body is open, and answers through its own `_refuse`)."""
 
     __slots__ = ()
     state: GatewayState

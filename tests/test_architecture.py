@@ -255,7 +255,7 @@ def test_workers_compose_the_data_plane_and_never_the_process_gateway():
     assert "gateway.server" not in GRAPH["gateway.workers"] | GRAPH["gateway.worker"]
     assert "gateway.dataplane" in GRAPH["gateway.worker"]
     # The protocols and handlers get the state object, never the Gateway.
-    for module in ("gateway.entrance", "gateway.relay", "gateway.listeners", "gateway.proxy", "gateway.admission",
+    for module in ("gateway.engine", "gateway.relay", "gateway.listeners", "gateway.join", "gateway.admission",
                    "gateway.dataplane", "gateway.state"):
         assert "gateway.server" not in GRAPH[module], module
 
@@ -286,7 +286,8 @@ CONFIGURATION = frozenset({"minimum_version", "maximum_version", "options", "num
 
 
 @pytest.mark.parametrize("name", ["gateway.tls", "gateway.tlsstream", "gateway.tcp", "gateway.connections",
-                                  "gateway.entrance", "gateway.relay", "gateway.http", "gateway.dataplane"])
+                                  "gateway.engine", "gateway.listeners", "gateway.relay", "gateway.http",
+                                  "gateway.dataplane"])
 def test_the_connection_layers_set_no_attribute_on_another_object(name):
     """A connection's layers (TLS acceptor, stream, protocol, the tracking of connections by peer) keep what they
     know of each other themselves and pass the rest in calls: none sets an attribute on an object it was given."""
@@ -313,20 +314,52 @@ def _aiohttp_importers() -> set[str]:
     return found
 
 
-#: Where aiohttp is the tool in gateway/: the listeners it serves (the egress, the join and ops: http.py,
-#: listeners.py, proxy.py, dataplane.py; the parent's socket for its workers, workers.py) and the HTTP clients of
-#: Dex, the TokenReview and a worker's parent (exchange.py, tokenreview.py, worker.py, with their sessions,
-#: state.py, and name overrides, resolve.py). The entrance, every byte a peer sends, is none of them.
-AIOHTTP_ALLOWED = {"gateway.http", "gateway.listeners", "gateway.proxy", "gateway.dataplane", "gateway.workers",
+#: Where aiohttp is the tool in gateway/: the listeners it serves (the join and ops: http.py, join.py,
+#: dataplane.py; the parent's socket for its workers, workers.py) and the HTTP clients of Dex, the TokenReview and
+#: a worker's parent (exchange.py, tokenreview.py, worker.py, with their sessions, state.py, and name overrides,
+#: resolve.py). The entrance and the egress, every byte a peer or a consumer sends, are none of them.
+AIOHTTP_ALLOWED = {"gateway.http", "gateway.join", "gateway.dataplane", "gateway.workers",
                    "gateway.exchange", "gateway.tokenreview", "gateway.worker", "gateway.state", "gateway.resolve"}
+#: The modules that serve with aiohttp's server (web, web_protocol, web_server): the join and ops listeners only
+#: (http.py, join.py, and dataplane.py, which composes them and answers the ops listener), and the parent's Unix
+#: socket for its own workers (workers.py), which is no listener of the gateway.
+AIOHTTP_SERVERS = {"gateway.http", "gateway.join", "gateway.dataplane", "gateway.workers"}
+AIOHTTP_SERVER_PARTS = frozenset({"web", "web_protocol", "web_server", "web_request", "web_response"})
 
 
-def test_the_entrance_imports_no_aiohttp_anywhere():
+def _aiohttp_server_importers() -> set[str]:
+    found = set()
+    for name in GATEWAY:
+        for node in ast.walk(ast.parse(MODULES[name].read_text())):
+            if isinstance(node, ast.Import) and any(
+                    a.name.split(".")[0] == "aiohttp" and a.name.split(".")[1:2] and
+                    a.name.split(".")[1] in AIOHTTP_SERVER_PARTS for a in node.names):
+                found.add(name)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "aiohttp":
+                parts = (node.module or "").split(".")[1:2] or [a.name for a in node.names]
+                if set(parts) & AIOHTTP_SERVER_PARTS:
+                    found.add(name)
+    return found
+
+
+#: What serves the entrance and the egress: the engine and everything it is made of.
+ENGINE = {"gateway.engine", "gateway.listeners", "gateway.calls", "gateway.upload", "gateway.heads",
+          "gateway.framing", "gateway.relay", "gateway.upstream", "gateway.tls", "gateway.tlsstream", "gateway.tcp",
+          "gateway.connections", "gateway.admission", "gateway.catchup", "gateway.status"}
+
+
+def test_the_entrance_and_the_egress_import_no_aiohttp_anywhere():
     assert _aiohttp_importers() <= AIOHTTP_ALLOWED
-    entrance = {"gateway.entrance", "gateway.calls", "gateway.upload", "gateway.heads", "gateway.framing",
-                "gateway.relay", "gateway.tls", "gateway.tlsstream", "gateway.tcp", "gateway.connections",
-                "gateway.admission", "gateway.catchup", "gateway.status"}
-    assert not entrance & _aiohttp_importers()
+    assert not ENGINE & _aiohttp_importers()
+
+
+def test_only_the_join_and_ops_listeners_are_served_by_aiohttp():
+    """The egress is the engine's too: aiohttp's server is imported only where the join and ops listeners are
+    made; its client sessions (Dex, TokenReview, a worker's parent) are not a server."""
+    assert _aiohttp_server_importers() == AIOHTTP_SERVERS
+    # The engine's protocol serves both TLS listeners, each with its own listener object.
+    dataplane = MODULES["gateway.dataplane"].read_text()
+    assert dataplane.count("Connection(state, self.handlers, ") == 2
 
 
 def test_the_reconcilers_package_neither_patches_the_context_nor_imports_the_cli():

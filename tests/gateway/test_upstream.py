@@ -16,7 +16,6 @@ from tests.gateway.support import gateway_config, load_certs, make_token, regist
 from tests.gateway.test_egress import EGRESS, _egress_gateway
 from tests.gateway.test_entrance import PODS
 from gateway.server import Gateway
-from gateway.upstream import UpstreamPool
 
 PATH = "/api/v1/namespaces/default/pods"
 

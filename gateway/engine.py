@@ -1,56 +1,64 @@
-"""The entrance's HTTP/1.1 protocol: everything a peer sends is served here, on raw bytes.
+"""The data plane's HTTP/1.1 engine: every request of the entrance (peers, mTLS) and of the egress (local
+consumers, toward a peer's entrance) is served here, on raw bytes, by one protocol class.
 
 aiohttp's server builds a request object, a header multidict, a URL, a response object and a writer per request;
 for a proxy whose answers are the upstream's own bytes that is most of the CPU a request costs. This protocol only
 moves bytes: request heads are read by `framing.RequestHeadReader` (what it cannot read safely is refused, and the
-connection ends), admitted by `admission.admit_entrance`, the upstream head goes to a pooled connection of
+connection ends), admitted by the connection's listener (`listeners.Entrance`, `listeners.Egress`: the one
+admission chain of admission.py), the upstream head goes to a pooled connection of the listener's
 `relay.RelayPool` with the body after it (`upload.Upload`, relayed as the client framed it), and the answer comes
-back as bytes through `relay.Relay`; calls of the peer protocol under /peering/v1/ are answered here too
-(`calls.PeerCalls`).
+back as bytes through `relay.Relay`; calls of the peer protocol under /peering/v1/ are answered here too, on the
+entrance (`calls.PeerCalls`). The head deadline, the idle timeout, withdrawal (`authority.OpenStreams`), the
+watch gauge, the accounting and the refusals are this class's, for both listeners.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
 from contract import reasons
 from contract.errors import Refusal
 from contract.paths import PEER_PREFIX
-from gateway.accounting import ANSWERED, CLIENT_CLOSED, CLIENT_CLOSED_CODE, INTERRUPTED, REFUSED, WITHDRAWN
-from gateway.admission import (Admitted, ClientState, NeedsExchange, admit_entrance, caught_up, closes_connection,
-                               complete, known_peer, not_held)
+from gateway.accounting import ANSWERED, CLIENT_CLOSED, CLIENT_CLOSED_CODE, ERROR, INTERRUPTED, REFUSED, WITHDRAWN
+from gateway.admission import Admitted, ClientState, Decision, caught_up, closes_connection, complete, known_peer, \
+    not_held
+from gateway.authority import Authority
 from gateway.calls import PeerCalls
 from gateway.catchup import AwaitRegistry
-from gateway.authority import request_namespace
 from gateway.framing import NEED_DATA, UNTIL_CLOSE, Refused, Request, RequestHeadReader, ResponseHead
+from gateway.listeners import Listener
 from gateway.protocol import ControlHandlers
-from gateway.relay import Relay
+from gateway.relay import Relay, RelayPool
 from gateway.state import GatewayState
-from gateway.status import status_answer, upstream_refusal
-from gateway.upload import Uploading
-from gateway.upstream import UpstreamError
+from gateway.status import status_answer
+from gateway.upload import Upload, Uploading
+from gateway.upstream import CERTIFICATE_REFUSED, UpstreamError
+
+log = logging.getLogger("gateway")
 
 _PEER_PREFIX = PEER_PREFIX.encode()
 
 
-class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
-    """One mTLS client connection of the entrance, served on raw bytes."""
+class Connection(PeerCalls, Uploading, asyncio.Protocol):
+    """One TLS client connection of `listener` (the entrance or the egress), served on raw bytes."""
 
-    __slots__ = ("state", "handlers", "call", "transport", "peering_fp", "reader", "client", "busy",
+    __slots__ = ("state", "handlers", "listener", "call", "transport", "peering_fp", "reader", "client", "busy",
                  "relay", "task", "close_after", "last", "timer", "paused", "reading_paused", "code", "method",
                  "path", "start", "watch", "head", "retried", "head_timer", "outcome", "upload",
-                 "body_held")
+                 "body_held", "pool", "authority")
 
-    def __init__(self, state: GatewayState, handlers: ControlHandlers,
+    def __init__(self, state: GatewayState, handlers: ControlHandlers, listener: Listener,
                  peering_fp: str | None) -> None:
         self.state = state
         self.handlers = handlers
+        self.listener = listener
         #: A peer call's request and admission, waiting for the rest of its body.
         self.call: tuple[Request, object] | None = None
         self.transport: Any = None
-        #: The client certificate's fingerprint (the connection's, from its handshake).
+        #: The client certificate's fingerprint (the connection's, from its handshake; None on the egress).
         self.peering_fp = peering_fp
         # Made with the first bytes and the first request: a connection that only holds costs neither.
         self.reader: RequestHeadReader | None = None
@@ -78,6 +86,9 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
         self.upload: Upload | None = None
         #: The client is not read while a body waits for an upstream that does not take it yet.
         self.body_held = False
+        #: Where the request in progress goes, and what admitted it (the listener's answers, once it is admitted).
+        self.pool: RelayPool | None = None
+        self.authority: Authority | None = None
 
     # ----- connection -------------------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -93,7 +104,7 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
         loop = self.state.loop
         due = self.last + self.state.limits.idle_timeout
         if not self.busy and loop.time() >= due:
-            self.transport.close()  # an idle keep-alive connection: closed after `idle_timeout`, as aiohttp's listeners do
+            self.transport.close()  # an idle keep-alive connection: closed after `idle_timeout`, as the join's is
             return
         self.timer = loop.call_at(max(due, loop.time() + 1), self._idle_check)
 
@@ -151,7 +162,7 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
         if self.busy:
             self.busy = False
             if self.watch and self.code:
-                self.state.metrics.watches.labels("entrance", self.client.peer).dec()
+                self.state.metrics.watches.labels(self.listener.name, self.client.peer).dec()
             # The client went away (it ended its watch), unless the gateway cut it for a withdrawal.
             self._finish(self.code or CLIENT_CLOSED_CODE, self.outcome or CLIENT_CLOSED)
 
@@ -195,10 +206,11 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
         self._head_done()
         self.transport.write(status_answer(code, reason, message, close=True))
         self.transport.close()
-        self.state.accounting.refused_head("entrance", known_peer(self.state, self.peering_fp), code, reason)
+        self.state.accounting.refused_head(self.listener.name, known_peer(self.state, self.peering_fp), code, reason)
 
     def _request(self, request: Request) -> None:
         state = self.state
+        listener = self.listener
         self.busy = True
         self.start = time.perf_counter()
         self.method, self.path = request.method, request.target
@@ -206,18 +218,17 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
         self.outcome = None
         self.retried = False
         self.watch = False
-        state.accounting.entrance_in_flight.inc()
+        state.accounting.in_flight[listener.name].inc()
         client = self.client
         if client is None:
             client = self.client = ClientState()
         if request.expects_continue and request.has_body:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # its body follows once the client reads this
-        if request.target.startswith(_PEER_PREFIX):
+        if listener.peer_calls and request.target.startswith(_PEER_PREFIX):
             self._peer_call(request, client)
             return
         try:
-            decision = admit_entrance(state, client, self.peering_fp, request.method, request.target, request.fields,
-                                      request.length, request.chunked)
+            decision = listener.admit(state, client, self.peering_fp, request)
         except Refusal as refusal:
             self.close_after = client.close
             if not request.has_body or self._open_body(request, keep=False):
@@ -230,54 +241,55 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
         if isinstance(decision, AwaitRegistry):
             self.task = state.loop.create_task(self._slow(decision, head_only, request))
             return
-        self.watch = decision.watch
+        self.watch = decision.watch  # type: ignore[union-attr]
         if isinstance(decision, Admitted):
             self.head = decision.head
-            relay = state.relay_pool.take()
+            pool = self.pool = listener.pool(state, decision)
+            self.authority = listener.authority(client, decision)
+            relay = pool.take()
             if relay is not None:
                 self._send(relay, head_only)
                 return
-        self.task = state.loop.create_task(self._slow(decision, head_only))
+        self.task = state.loop.create_task(self._slow(decision, head_only))  # type: ignore[arg-type]
 
-    async def _slow(self, decision: Admitted | NeedsExchange | AwaitRegistry | None, head_only: bool,
+    async def _slow(self, decision: Decision | AwaitRegistry | None, head_only: bool,
                     request: Request | None = None) -> None:
         """The parts of a request that wait: a newer registry (`request` is admitted again on it), a token
-        exchange at Dex, a new upstream connection."""
-        state = self.state
+        exchange at Dex or a TokenReview, a new upstream connection. None: the request goes again, as it was
+        admitted, on a new connection of its pool."""
+        state, listener = self.state, self.listener
         try:
             if isinstance(decision, AwaitRegistry):
-                decision = await caught_up(state, decision, admit_entrance, state, self.client, self.peering_fp,
-                                           request.method, request.target, request.fields,  # type: ignore[union-attr]
-                                           request.length, request.chunked)  # type: ignore[union-attr]
-                self.close_after = self.client.close
+                decision = await caught_up(state, decision, listener.admit, state, self.client,  # type: ignore
+                                           self.peering_fp, request)
+                self.close_after = self.client.close  # type: ignore[union-attr]
                 self.watch = decision.watch  # type: ignore[union-attr]
             if decision is not None:
                 self.head = (await complete(state, self.client, decision)).head  # type: ignore[arg-type]
-            relay = state.relay_pool.take()
+                self.pool = listener.pool(state, decision)  # type: ignore[arg-type]
+                self.authority = listener.authority(self.client, decision)  # type: ignore[arg-type]
+            pool: RelayPool = self.pool  # type: ignore[assignment]
+            relay = pool.take()
             if relay is None:
-                relay = await state.relay_pool.connect()
+                relay = await pool.connect()
                 # A body sent on a fresh connection that fails is not sent again: that upstream really failed.
                 self.retried = self.retried or (self.upload is not None and self.upload.active)
-        except Refusal as refusal:
-            self.task = None
-            self._refuse(refusal)
-            return
-        except UpstreamError as err:
-            self.task = None
-            self._upstream_refusal(err)
+        except Exception as exc:
+            self._failed(exc)
             return
         self.task = None
         if self.transport is None:
-            state.relay_pool.park(relay)
+            pool.park(relay)
             return
         self._send(relay, head_only)
 
     def _send(self, relay: Relay, head_only: bool) -> None:
         state = self.state
-        if not state.streams.add(self, self.client.authority, self._withdrawn, state.registry,
-                                 request_namespace(self.path) if self.watch else None):
-            state.relay_pool.park(relay)
-            self._refuse(not_held(self.client.authority))
+        authority = self.authority
+        if authority is None or not state.streams.add(self, authority, self._withdrawn, state.registry,
+                                                      self.listener.namespace(self.path, self.watch)):
+            relay.pool.park(relay)
+            self._refuse(not_held(authority))
             return
         self.relay = relay
         upload = self.upload
@@ -300,7 +312,7 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
             self.close_after = True  # the body ends when the upstream closes: so does the client's connection
         self.head = b""  # kept only to retry on a fresh connection before any answer; a watch holds no copy
         if self.watch:
-            self.state.metrics.watches.labels("entrance", self.client.peer).inc()
+            self.state.metrics.watches.labels(self.listener.name, self.client.peer).inc()
 
     def response_done(self) -> None:
         relay, self.relay = self.relay, None
@@ -309,7 +321,7 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
         if relay is not None and self.paused:
             relay.resume_reading()
         if self.watch and self.code:
-            self.state.metrics.watches.labels("entrance", self.client.peer).dec()
+            self.state.metrics.watches.labels(self.listener.name, self.client.peer).dec()
         self._end(self.code, ANSWERED)
 
     def upstream_failed(self, err: UpstreamError, got: bool) -> None:
@@ -318,25 +330,45 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
             self.upload.detach()
         if self.code:
             # The answer had started: the only honest signal left is to cut the client's connection.
-            self.state.accounting.upstream_error("entrance", "stream")
+            self.state.accounting.upstream_error(self.listener.name, "stream")
             if self.watch:
-                self.state.metrics.watches.labels("entrance", self.client.peer).dec()
+                self.state.metrics.watches.labels(self.listener.name, self.client.peer).dec()
             code = self.code
             self.busy = False
             self._finish(code, self.outcome or INTERRUPTED)
             if self.transport is not None:
                 self.transport.abort()
             return
-        if not got and not self.retried:
-            # A pooled connection the upstream had closed meanwhile: retry once on a new one.
+        if not got and not self.retried and err.kind != CERTIFICATE_REFUSED:
+            # A pooled connection the upstream had closed meanwhile: retry once on a new one (a refused client
+            # certificate would be refused again).
             self.retried = True
             self.task = self.state.loop.create_task(self._slow(None, self.method == b"HEAD"))
             return
         self._upstream_refusal(err)
 
     def _upstream_refusal(self, err: UpstreamError) -> None:
-        self.state.accounting.upstream_error("entrance", err.kind)
-        self._refuse(upstream_refusal(err))
+        self.state.accounting.upstream_error(self.listener.name, err.kind)
+        self._refuse(self.listener.upstream_refusal(err, self.client))  # type: ignore[arg-type]
+
+    def _failed(self, exc: Exception) -> None:
+        """A request that failed while it waited (`self.task`'s): its Refusal, the upstream's failure before any
+        answer, or a fault inside the gateway."""
+        self.task = None
+        if isinstance(exc, Refusal):
+            self._refuse(exc)
+        elif isinstance(exc, UpstreamError):
+            self._upstream_refusal(exc)
+        else:
+            self._internal_error(exc)
+
+    def _internal_error(self, exc: Exception) -> None:
+        """A fault inside the gateway: 500, logged with its traceback (which names code, never the request's
+        headers or body), and the connection ends."""
+        log.error("request failed inside the gateway: %s", type(exc).__name__, exc_info=exc)
+        self.close_after = True
+        self._refuse(Refusal(500, reasons.INTERNAL_ERROR, "the gateway failed to answer this request; it is logged"),
+                     ERROR)
 
     # ----- answers ------------------------------------------------------------------------------------------
     def _refuse(self, refusal: Refusal, outcome: str = REFUSED) -> None:
@@ -381,6 +413,6 @@ class EntranceProtocol(PeerCalls, Uploading, asyncio.Protocol):
 
     def _finish(self, code: int, outcome: str, reason: str | None = None) -> None:
         accounting = self.state.accounting
-        accounting.entrance_in_flight.dec()
-        accounting.finish("entrance", self.client.peer, self.client.capabilities, self.method.decode(),
+        accounting.in_flight[self.listener.name].dec()
+        accounting.finish(self.listener.name, self.client.peer, self.client.capabilities, self.method.decode(),
                           self.path.split(b"?", 1)[0].decode("latin-1"), code, self.start, outcome, reason)
