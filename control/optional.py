@@ -21,7 +21,7 @@ import logging
 from typing import Callable
 
 from control.kube import ApiError, KubeSession, NotFound, Resource
-from control.watch import Informer, _key
+from control.watch import Informer, object_key
 
 log = logging.getLogger("peering.control.optional")
 
@@ -191,7 +191,7 @@ class OptionalInformer:
         inner = self._make_informer(want)
 
         def forward(event_type: str, obj: dict) -> None:
-            key = _key(obj)
+            key = object_key(obj)
             self._stale.discard(key)
             if event_type == "DELETED":
                 self.store.pop(key, None)

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.verification import Criticality, ExtensionPolicy, PolicyBuilder, Store, VerificationError
 
 # The PEM writer and the check of `now` are pki's own, shared so both modules judge time and text alike.
-from control.pki import PKIError, _pem, _utc, load_certs, verify_pin
+from control.pki import PKIError, as_utc, load_certs, pem_of, verify_pin
 
 #: Why a peer's CA bundle is refused: it is not exactly one self-signed peering CA certificate, valid now.
 NOT_A_PEERING_CA = "NotAPeeringCA"
@@ -77,10 +77,10 @@ def peer_ca(bundle_pem: str, *, now: datetime) -> str:
     nothing else of the text): exactly one certificate, self-signed, a CA by its basic constraints and key usage,
     ECDSA P-256, valid at `now`. PKIError NotAPeeringCA (or NotACertificate) naming what is wrong."""
     cert = _one_certificate(bundle_pem)
-    problem = _ca_problem(cert, _utc(now))
+    problem = _ca_problem(cert, as_utc(now))
     if problem is not None:
         raise PKIError(NOT_A_PEERING_CA, f"the CA bundle's certificate is not a peering CA: {problem}")
-    return _pem(cert)
+    return pem_of(cert)
 
 
 def pinned_ca(bundle_pem: str, pin: str, *, now: datetime) -> str:
@@ -107,11 +107,11 @@ def verify_client_cert(cert_pem: str, ca_pem: str, *, now: datetime) -> str:
     if len(certs) != 1:
         raise PKIError(NOT_ISSUED_BY_PEER_CA, f"expected one client certificate, got {len(certs)}")
     cert, ca = certs[0], _one_certificate(ca_pem)
-    verifier = (PolicyBuilder().store(Store([ca])).time(_utc(now))
+    verifier = (PolicyBuilder().store(Store([ca])).time(as_utc(now))
                 .extension_policies(ca_policy=ExtensionPolicy.webpki_defaults_ca(), ee_policy=_CLIENT_EE_POLICY)
                 .build_client_verifier())
     try:
         verifier.verify(cert, [])
     except VerificationError as exc:
         raise PKIError(NOT_ISSUED_BY_PEER_CA, f"the certificate does not chain to the peer's CA: {exc}") from None
-    return _pem(cert)
+    return pem_of(cert)

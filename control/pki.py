@@ -87,11 +87,11 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> str:
     ).decode()
 
 
-def _pem(cert: x509.Certificate) -> str:
+def pem_of(cert: x509.Certificate) -> str:
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
-def _utc(now: datetime) -> datetime:
+def as_utc(now: datetime) -> datetime:
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
     return now.astimezone(timezone.utc)
@@ -117,7 +117,7 @@ def load_certs(bundle_pem: str | bytes) -> list[x509.Certificate]:
 def newest(bundle_pem: str) -> str:
     """The first certificate of a bundle as PEM (of `issued.crt`: the newest, the one in force); PKIError when
     there is none."""
-    return _pem(load_cert(bundle_pem))
+    return pem_of(load_cert(bundle_pem))
 
 
 def _load_key(key_pem: str) -> ec.EllipticCurvePrivateKey:
@@ -132,7 +132,7 @@ def _load_key(key_pem: str) -> ec.EllipticCurvePrivateKey:
 
 def create_ca(cluster_name: str, *, now: datetime, lifetime: timedelta = CA_LIFETIME) -> CertAndKey:
     """A new peering CA whose common name names the cluster (its UUID or domain)."""
-    now = _utc(now)
+    now = as_utc(now)
     key = _new_key()
     name = x509.Name(
         [
@@ -167,7 +167,7 @@ def create_ca(cluster_name: str, *, now: datetime, lifetime: timedelta = CA_LIFE
         .add_extension(ski, critical=False)
         .sign(key, hashes.SHA256())
     )
-    return CertAndKey(_pem(cert), _key_pem(key))
+    return CertAndKey(pem_of(cert), _key_pem(key))
 
 
 def _leaf_builder(
@@ -218,7 +218,7 @@ def issue_server_cert(
     """A server certificate with a fresh key for the given DNS names (the first is the common name)."""
     if not hosts or any(not h or "/" in h or " " in h for h in hosts):
         raise PKIError("InvalidHost", f"server certificate needs at least one DNS name, got {list(hosts)!r}")
-    now = _utc(now)
+    now = as_utc(now)
     key = _new_key()
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0][:64])])
     builder, ca_key = _leaf_builder(ca, subject, key.public_key(), now, lifetime)
@@ -227,7 +227,7 @@ def issue_server_cert(
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    return CertAndKey(_pem(cert), _key_pem(key))
+    return CertAndKey(pem_of(cert), _key_pem(key))
 
 
 def issue_entrance_cert(ca: CertAndKey, public_domain_template: str, *, now: datetime,
@@ -295,7 +295,7 @@ def issue_client_cert(
     if not peer_cluster_uuid:
         raise PKIError("InvalidClusterUUID", "the peer's cluster UUID is empty")
     csr = load_csr(csr_pem)
-    now = _utc(now)
+    now = as_utc(now)
     subject = x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, CLIENT_ORGANIZATION),
@@ -306,7 +306,7 @@ def issue_client_cert(
     cert = builder.add_extension(
         x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
     ).sign(ca_key, hashes.SHA256())
-    return _pem(cert)
+    return pem_of(cert)
 
 
 def fingerprint(cert_pem: str | bytes) -> str:
@@ -370,7 +370,7 @@ def issued_by(cert_pem: str, ca_pem: str) -> bool:
 def valid_at(cert_pem: str, now: datetime) -> bool:
     """Whether `now` lies inside the certificate's validity period."""
     cert = load_cert(cert_pem)
-    now = _utc(now)
+    now = as_utc(now)
     return cert.not_valid_before_utc <= now <= cert.not_valid_after_utc
 
 
@@ -400,7 +400,7 @@ def needs_renewal(cert_pem: str, now: datetime) -> bool:
         cert = load_cert(cert_pem)
     except PKIError:
         return True
-    now = _utc(now)
+    now = as_utc(now)
     if now < cert.not_valid_before_utc:
         return True
     return now >= renewal_time(cert_pem)

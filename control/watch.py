@@ -28,7 +28,7 @@ log = logging.getLogger("peering.control.watch")
 Subscriber = Callable[[str, dict], None]
 
 
-def _key(obj: dict) -> str:
+def object_key(obj: dict) -> str:
     meta = obj.get("metadata") or {}
     ns = meta.get("namespace")
     return f"{ns}/{meta.get('name', '')}" if ns else meta.get("name", "")
@@ -165,7 +165,7 @@ class Informer:
         answer = await self.kube.list(self.resource, self.namespace, label_selector=self.label_selector,
                                       field_selector=self.field_selector)
         self.lists += 1
-        new = {_key(obj): _typed(self.resource, obj) for obj in answer.get("items") or []}
+        new = {object_key(obj): _typed(self.resource, obj) for obj in answer.get("items") or []}
         old, self.store = self.store, new
         self.resource_version = (answer.get("metadata") or {}).get("resourceVersion") or None
         for event_type, obj in diff_stores(old, new):
@@ -193,7 +193,7 @@ class Informer:
             if event_type not in ("ADDED", "MODIFIED", "DELETED"):
                 continue
             obj = _typed(self.resource, obj)
-            key = _key(obj)
+            key = object_key(obj)
             if event_type == "DELETED":
                 self.store.pop(key, None)
             else:
