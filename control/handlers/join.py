@@ -27,7 +27,7 @@ from gateway.protocol import JoinCall
 from contract.errors import Refusal
 from contract.peer_secret import PeerCredentials
 
-from control import pki
+from control import pki, uuid_claim
 from control.clusterpeer_status import write_invite
 from control.kube import CLUSTERPEERS, SECRETS, Conflict, NotFound
 from control.peer_secret import replace_peer_secret
@@ -115,6 +115,7 @@ class JoinHandler:
         name = self._find(parts[0]) if parts else None
         # An unknown token ID costs the same reads as a known one, so the answer's timing does not tell them apart.
         lookup = name or UNKNOWN_NAME
+        claimed: dict | None = None  # the ClusterPeer this call took the claim of the joiner's UUID for
         for _ in range(MAX_ATTEMPTS):
             cp = await self.kube.get_or_none(CLUSTERPEERS, lookup)
             secret = await self.kube.get_or_none(SECRETS, peer_secret_name(lookup), self.namespace)
@@ -137,10 +138,16 @@ class JoinHandler:
                         await write_invite(self.kube, cp, invite_rules.mark_abandoned(stored, now))
                     except Conflict:
                         continue
+                    # The abandoned redemption no longer stands for its redeemer's UUID.
+                    lost = invite_rules.recorded_redeemer(stored)
+                    if lost is not None:
+                        await uuid_claim.release(self.kube, self.namespace, cp, lost.cluster_uuid)
                     decision = invite_rules.Redemption("refuse", reasons.TOKEN_USED, (
                         "the connection string was redeemed by a join with another key that never completed; the "
                         "inviting cluster issues a new connection string (Ready reason RedeemedWithAnotherKey): "
                         "join with that one"))
+                if claimed is not None:
+                    await self._release_lost(claimed, stored, req.cluster_uuid)
                 log.info("join refused", extra={"remote": call.remote, "reason": decision.reason})
                 raise _refuse(decision.reason, decision.message)
             assert cp is not None and name is not None and stored is not None
@@ -155,6 +162,17 @@ class JoinHandler:
             if claim is not None:
                 log.info("join refused", extra={"remote": call.remote, "reason": reasons.CLUSTER_UUID_IN_USE})
                 raise _refuse(reasons.CLUSTER_UUID_IN_USE, claim)
+            # The cache check above is the fast refusal; the claim is the atomic one (control/uuid_claim.py), taken
+            # before anything of this redemption is stored.
+            try:
+                await uuid_claim.claim(self.kube, self.namespace, cp, req.cluster_uuid)
+            except uuid_claim.UUIDClaimed as exc:
+                log.info("join refused", extra={"remote": call.remote, "reason": reasons.CLUSTER_UUID_IN_USE})
+                raise _refuse(reasons.CLUSTER_UUID_IN_USE,
+                              exc.message(own_uuid=own_uuid, side="the joining cluster")) from None
+            except uuid_claim.ClaimContended:
+                raise _not_ready("the claim of the joining cluster's UUID keeps changing") from None
+            claimed = cp
             if decision.outcome == "reanswer":
                 if creds.redeemer(values) == redeemed_by and values.client_key:
                     issued = _first_cert(values.issued)
@@ -169,6 +187,8 @@ class JoinHandler:
                 continue  # someone else wrote first: read again; the token is then used (or still free)
             break
         else:
+            if claimed is not None:
+                await self._release_lost(claimed, stored, req.cluster_uuid)
             raise _refuse(reasons.TOKEN_USED, "the connection string is being redeemed by another join; a string is valid "
                           "for one connection, ask the inviting cluster for a new one")
         return await self._complete(req, name, own_uuid, ca, status["offer"])
@@ -198,6 +218,16 @@ class JoinHandler:
             self.on_joined(name)
         await self._served(name, issued)
         return self._answer(own_uuid, name, ca, issued, material.cert_pem, offer)
+
+    async def _release_lost(self, cp: dict, stored: dict | None, cluster_uuid: str) -> None:
+        """Release the claim of `cluster_uuid` this call took for `cp` once its redemption is known to have lost:
+        the invite, as last read, is not redeemed by that cluster (another cluster redeemed it, or it expired or
+        was reissued meanwhile). A redemption by the same cluster (another call of the same joiner) keeps it; a
+        claim another ClusterPeer holds is never touched (`uuid_claim.release`)."""
+        redeemer = invite_rules.recorded_redeemer(stored)
+        if redeemer is not None and redeemer.cluster_uuid.lower() == cluster_uuid.lower():
+            return
+        await uuid_claim.release(self.kube, self.namespace, cp, cluster_uuid)
 
     async def _served(self, name: str, issued: str) -> None:
         """The joiner calls with the certificate the answer carries at once: answer once this replica admits it."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from contract.names import (CA_SECRET, ENTRANCE_TLS_SECRET, JOIN_TLS_SECRET, MANAGED_BY_SELECTOR, peer_secret_name,
                             provider_name)
-from control import pki
+from control import pki, uuid_claim
 from control import connstring
 from control.connstring import format_time
 from control.clusterpeer_status import write_status
@@ -192,6 +192,10 @@ class ClusterPeerReconciler:
             waits.append(invited.wait)
             if invited.drop_secret and obs.secret is not None:
                 # The copy this pass judged: a concurrent change, such as the joiner's certificate arriving, keeps it.
+                if obs.values.peer_uuid:
+                    # The abandoned exchange no longer stands for its joiner's UUID: its claim is released first,
+                    # so that a crash before the Secret's deletion finds the Secret and releases again.
+                    await uuid_claim.release(self.kube, self.namespace, cp, obs.values.peer_uuid)
                 await drop_peer_secret(self.kube, self.namespace, key, obs.secret)
                 return Result(requeue_after=0.5), mem
         elif obs.spec.type == JOIN and credentials.progress != "complete":
