@@ -1,5 +1,5 @@
 """A crash at any write of the join loses nothing: the peering process of either side is killed (SIGKILL) right after
-each write of the join lands, restarted, and the peering ends Active and Ready on both sides; a redemption that can
+each write of the join lands (the claim of the peer's cluster UUID among them), restarted, and the peering ends Active and Ready on both sides; a redemption that can
 no longer complete ends in a named reason and a fresh connection string.
 
 The kills run on the emulator backend only: the kill points are the emulator's after-write hooks
@@ -20,7 +20,7 @@ import signal
 import pytest
 import pytest_asyncio
 
-from contract.names import provider_name
+from contract.names import provider_name, uuid_claim_name
 from control import pki
 from control.rules import invite as invite_rules
 from lab.apiserver.errors import ApiError
@@ -64,8 +64,10 @@ def _data(w) -> dict:
 INVITER, JOINER = "a", "b"
 UPDATE = ("update", "patch")
 #: (the write after which the process of `side` is killed: verbs, resource, whose object, and what it holds).
-#: `inv` stands for the Invite ClusterPeer on a, `join` for the Join ClusterPeer on b.
+#: `inv` stands for the Invite ClusterPeer on a, `join` for the Join ClusterPeer on b, `claim-of-<side>` for the
+#: claim Lease of that side's cluster UUID (held on the other side).
 KILL_POINTS = {
+    "inviter: the claim of the joiner's UUID": (INVITER, ("create",), "leases", f"claim-of-{JOINER}", None),
     "inviter: the token marked used with its redeemer": (
         INVITER, UPDATE, "clusterpeers/status", "inv", lambda w: (_status(w).get("invite") or {}).get("used") is True),
     "inviter: the peer Secret of the redemption": (INVITER, ("create", "update"), "secrets", "peer-inv", None),
@@ -74,6 +76,7 @@ KILL_POINTS = {
     "inviter: Active written": (
         INVITER, UPDATE, "clusterpeers/status", "inv", lambda w: _status(w).get("phase") == "Active"),
     "joiner: the key stored before the call": (JOINER, ("create",), "secrets", "peer-join", None),
+    "joiner: the claim of the inviter's UUID": (JOINER, ("create",), "leases", f"claim-of-{INVITER}", None),
     "joiner: the answer stored": (JOINER, UPDATE, "secrets", "peer-join", lambda w: "client.crt" in _data(w)),
     "joiner: status.peer written": (
         JOINER, UPDATE, "clusterpeers/status", "join", lambda w: bool(_status(w).get("peer"))),
@@ -94,8 +97,14 @@ async def _delete_both(a, b, inv: str, join: str) -> None:
             cluster.api.delete(GROUP, "clusterpeers", name)
     await until(lambda: clusterpeer(a, inv) is None and clusterpeer(b, join) is None
                 and a.api.get("", "secrets", f"peer-{inv}", "d8-peering") is None
-                and b.api.get("", "secrets", f"peer-{join}", "d8-peering") is None,
-                timeout=30, what="both ClusterPeers and their Secrets gone")
+                and b.api.get("", "secrets", f"peer-{join}", "d8-peering") is None
+                and _claim(a, b) is None and _claim(b, a) is None,
+                timeout=30, what="both ClusterPeers, their Secrets and their claims gone")
+
+
+def _claim(cluster, peer) -> dict | None:
+    """`cluster`'s claim of `peer`'s cluster UUID."""
+    return cluster.api.get("coordination.k8s.io", "leases", uuid_claim_name(peer.info()["uuid"]), "d8-peering")
 
 
 @on_emulator
@@ -105,7 +114,10 @@ async def test_a_crash_after_each_write_of_the_join_ends_active_on_both_sides(la
     side, verbs, resource, whose, when = KILL_POINTS[point]
     slug = str(list(KILL_POINTS).index(point))
     inv, join = f"inv-{slug}", f"join-{slug}"
-    name = whose.replace("inv", inv) if whose.endswith("inv") else whose.replace("join", join)
+    if whose.startswith("claim-of-"):
+        name = uuid_claim_name(lab[whose.removeprefix("claim-of-")].info()["uuid"])
+    else:
+        name = whose.replace("inv", inv) if whose.endswith("inv") else whose.replace("join", join)
     victim = lab[side]
 
     def kill(write) -> None:
@@ -136,6 +148,10 @@ async def test_a_crash_after_each_write_of_the_join_ends_active_on_both_sides(la
         assert pki.public_key_fingerprint(base64.b64decode(b_values["client.crt"]).decode()) == b_key_fp
         assert a_cp["status"]["peer"]["clusterUUID"] == b.info()["uuid"]
         assert b_cp["status"]["peer"]["clusterUUID"] == a.info()["uuid"]
+        # Each side's claim of the peer's UUID is held by its ClusterPeer of this peering, whatever crashed.
+        for cluster, cp, peer in ((a, a_cp, b), (b, b_cp, a)):
+            claim = _claim(cluster, peer)
+            assert [r["uid"] for r in claim["metadata"]["ownerReferences"]] == [cp["metadata"]["uid"]]
         # Each side's provider names the peer by the identity this side assigned: its own ClusterPeer's uid.
         for cluster, cp in ((a, a_cp), (b, b_cp)):
             provider = await until(lambda: cluster.api.get("deckhouse.io", "tokenexchangeproviders",
