@@ -5,7 +5,9 @@ the token checked against the cache first (`rules.invite.token_matches`, constan
 that verifies goes on, anything else is 429 TooManyAttempts); the request's shape
 (`rules.join.parse_join_request`), the invite found by token ID in the cache, then the
 decision on a fresh read (`rules.invite.redeem`: constant time, unknown and wrong tokens alike), the claimed cluster
-UUID (never ours, never one another live ClusterPeer stands for: ClusterUUIDInUse), then marking the token used and
+UUID (never ours, never one another live ClusterPeer stands for: ClusterUUIDInUse, checked against the caches
+first and then made atomic by claiming it, `control/uuid_claim.py`; a redemption that loses after the claim
+releases it), then marking the token used and
 recording the redeemer (its cluster UUID and key fingerprint) in one status write with a resourceVersion
 precondition: of any number of concurrent redemptions exactly one write succeeds; the others read again and see
 "used". Only then is the joiner's CSR signed and the peer Secret written. A repeated join by the same cluster with
@@ -138,10 +140,6 @@ class JoinHandler:
                         await write_invite(self.kube, cp, invite_rules.mark_abandoned(stored, now))
                     except Conflict:
                         continue
-                    # The abandoned redemption no longer stands for its redeemer's UUID.
-                    lost = invite_rules.recorded_redeemer(stored)
-                    if lost is not None:
-                        await uuid_claim.release(self.kube, self.namespace, cp, lost.cluster_uuid)
                     decision = invite_rules.Redemption("refuse", reasons.TOKEN_USED, (
                         "the connection string was redeemed by a join with another key that never completed; the "
                         "inviting cluster issues a new connection string (Ready reason RedeemedWithAnotherKey): "

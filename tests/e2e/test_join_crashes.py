@@ -1,6 +1,7 @@
 """A crash at any write of the join loses nothing: the peering process of either side is killed (SIGKILL) right after
-each write of the join lands (the claim of the peer's cluster UUID among them), restarted, and the peering ends Active and Ready on both sides; a redemption that can
-no longer complete ends in a named reason and a fresh connection string.
+each write of the join lands (the claim of the peer's cluster UUID among them), restarted, and the peering ends
+Active and Ready on both sides; a redemption that can no longer complete ends in a named reason and a fresh
+connection string, and its claim of the joiner's UUID is released.
 
 The kills run on the emulator backend only: the kill points are the emulator's after-write hooks
 (lab/apiserver/hooks.py), which run inside the API server right after a write is stored and before its answer
@@ -21,7 +22,7 @@ import pytest
 import pytest_asyncio
 
 from contract.names import provider_name, uuid_claim_name
-from control import pki
+from control import pki, uuid_claim
 from control.rules import invite as invite_rules
 from lab.apiserver.errors import ApiError
 from lab.testing import apiserver_backends, lab_clusters
@@ -177,6 +178,8 @@ async def test_a_stranded_redemption_met_by_another_key_is_reissued_with_its_rea
     text = await connection_string(a, "stranded")
     lost_key = pki.make_key_and_csr(b.info()["uuid"])
     long_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    # The redemption the crash cut short had claimed b's UUID first.
+    a.api.create(uuid_claim.claim_object(clusterpeer(a, "stranded"), "d8-peering", b.info()["uuid"]))
 
     def strand() -> bool:
         cp = clusterpeer(a, "stranded")
@@ -196,6 +199,8 @@ async def test_a_stranded_redemption_met_by_another_key_is_reissued_with_its_rea
         assert "RedeemedWithAnotherKey" in ready_message(clusterpeer(b, "again"))
         await until_equal(lambda: ready(clusterpeer(a, "stranded")), ("Pending", "False", "RedeemedWithAnotherKey"),
                           timeout=30)
+        # The re-issue released the claim of the redemption it replaced.
+        assert _claim(a, b) is None
         message = ready_message(clusterpeer(a, "stranded"))
         assert b.info()["uuid"] in message and "new connection string" in message
         fresh = clusterpeer(a, "stranded")["status"]["invite"]
@@ -253,6 +258,7 @@ async def test_a_joiner_that_gives_up_after_the_answer_leaves_a_fresh_string_not
         await until(backdate, what="the redemption's time written back")
         await until_equal(lambda: ready(clusterpeer(a, "gave-up")), ("Pending", "False", "JoinAbandoned"), timeout=30)
         assert a.api.get("", "secrets", "peer-gave-up", "d8-peering") is None
+        assert _claim(a, b) is None  # the claim of the abandoned redemption went before the fresh string
         fresh = clusterpeer(a, "gave-up")["status"]["invite"]
         assert fresh["used"] is False and fresh["connectionString"] != text
         assert fresh["reissue"]["reason"] == "JoinAbandoned" and b.info()["uuid"] in fresh["reissue"]["message"]

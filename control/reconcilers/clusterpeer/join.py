@@ -4,11 +4,13 @@ brings (the inviter's CA, the certificate it issued for our key, the one we issu
 A string naming our own cluster UUID is refused before anything is sent, an answer from an inviter claiming a live
 peer's UUID is refused before anything is stored (ClusterUUIDInUse; the inviter itself refuses a joiner it already
 peers with, with the same reason, which is shown as it is). The key is stored before the request leaves the
-cluster, so a repeated join presents the same key and the inviter answers it again; each write is resumable: a
-crash after the key's write joins again with it, a crash after the answer's write finds the answer stored and goes
-on to deliver our half. A refusal the administrator must fix (`conditions.PERMANENT_JOIN_REASONS`) is not retried
-until the spec changes (a ClusterPeer made again under the same name is a new spec); any other failure is retried
-with a backoff.
+cluster, so a repeated join presents the same key and the inviter answers it again. Then the inviter's UUID is
+claimed (`control/uuid_claim.py`): of concurrent joins of this cluster toward one inviting cluster, whichever
+workers run them, one goes on and the others are ClusterUUIDInUse naming it. Each write is resumable: a crash
+after the key's write joins again with it, one after the claim finds the claim its own, a crash after the answer's
+write finds the answer stored and goes on to deliver our half. A refusal the administrator must fix
+(`conditions.PERMANENT_JOIN_REASONS`) releases the claim and is not retried until the spec changes (a ClusterPeer
+made again under the same name is a new spec); any other failure keeps the claim and is retried with a backoff.
 """
 
 from __future__ import annotations
