@@ -281,9 +281,9 @@ async def test_provider_name_taken_by_someone_else_is_foreign_and_fails_ready(la
 
 async def test_module_reenabled_with_a_new_ca_marks_old_peerings_error(lab):
     a, b = lab["a"], lab["b"]
-    # The clusters peer once: the peering of the test before goes first.
-    await _unpeer(a, "taken")
-    await _unpeer(b, "taken")
+    # The clusters peer once: the peerings of the tests before go first (whichever of them ran on this worker).
+    for cluster, name in ((a, "taken"), (b, "taken"), (a, "to-b"), (b, "to-a")):
+        await _unpeer(cluster, name)
     create_invite(a, "second")
     text = await connection_string(a, "second")
     create_join(b, "second", text)
