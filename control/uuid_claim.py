@@ -83,14 +83,14 @@ async def claim(kube: KubeSession, namespace: str, clusterpeer: dict, cluster_uu
     uid = clusterpeer["metadata"]["uid"]
     obj = claim_object(clusterpeer, namespace, cluster_uuid)
     for _ in range(MAX_ATTEMPTS):
-        try:
-            await kube.create(LEASES, obj, namespace)
-            return
-        except AlreadyExists:
-            pass
+        # Read first, so that a join retried with its claim held writes nothing; the create is the atomic step.
         current = await kube.get_or_none(LEASES, name, namespace)
         if current is None:
-            continue  # released or taken over meanwhile: create again
+            try:
+                await kube.create(LEASES, obj, namespace)
+                return
+            except AlreadyExists:
+                continue  # another join created it meanwhile: read it
         holder = _holder(current)
         if holder is not None and holder[1] == uid:
             return
