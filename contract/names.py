@@ -62,6 +62,19 @@ def provider_name(clusterpeer: str) -> str:
     return bounded_name(PROVIDER_PREFIX + clusterpeer)
 
 
+UUID_CLAIM_PREFIX = "peer-uuid-"
+UUID_CLAIM_LABEL = "peering.deckhouse.io/uuid-claim"
+"""Labels each claim Lease with the cluster UUID it claims (the leader election's Lease has no such label)."""
+
+
+def uuid_claim_name(cluster_uuid: str) -> str:
+    """The coordination.k8s.io/v1 Lease in the module namespace by which one ClusterPeer claims a peer cluster UUID
+    (control/uuid_claim.py): the API server lets one create of a name succeed, so two peerings of this cluster
+    never stand for the same cluster UUID, whichever replicas and workers join at once. The UUID lower-cased, as
+    the rule compares it."""
+    return UUID_CLAIM_PREFIX + cluster_uuid.lower()
+
+
 AUDIENCE_PREFIX = "peering.deckhouse.io/"
 
 

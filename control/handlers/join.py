@@ -5,7 +5,9 @@ the token checked against the cache first (`rules.invite.token_matches`, constan
 that verifies goes on, anything else is 429 TooManyAttempts); the request's shape
 (`rules.join.parse_join_request`), the invite found by token ID in the cache, then the
 decision on a fresh read (`rules.invite.redeem`: constant time, unknown and wrong tokens alike), the claimed cluster
-UUID (never ours, never one another live ClusterPeer stands for: ClusterUUIDInUse), then marking the token used and
+UUID (never ours, never one another live ClusterPeer stands for: ClusterUUIDInUse, checked against the caches
+first and then made atomic by claiming it, `control/uuid_claim.py`; a redemption that loses after the claim
+releases it), then marking the token used and
 recording the redeemer (its cluster UUID and key fingerprint) in one status write with a resourceVersion
 precondition: of any number of concurrent redemptions exactly one write succeeds; the others read again and see
 "used". Only then is the joiner's CSR signed and the peer Secret written. A repeated join by the same cluster with
@@ -27,7 +29,7 @@ from gateway.protocol import JoinCall
 from contract.errors import Refusal
 from contract.peer_secret import PeerCredentials
 
-from control import pki
+from control import pki, uuid_claim
 from control.clusterpeer_status import write_invite
 from control.kube import CLUSTERPEERS, SECRETS, Conflict, NotFound
 from control.peer_secret import replace_peer_secret
@@ -115,6 +117,7 @@ class JoinHandler:
         name = self._find(parts[0]) if parts else None
         # An unknown token ID costs the same reads as a known one, so the answer's timing does not tell them apart.
         lookup = name or UNKNOWN_NAME
+        claimed: dict | None = None  # the ClusterPeer this call took the claim of the joiner's UUID for
         for _ in range(MAX_ATTEMPTS):
             cp = await self.kube.get_or_none(CLUSTERPEERS, lookup)
             secret = await self.kube.get_or_none(SECRETS, peer_secret_name(lookup), self.namespace)
@@ -141,6 +144,8 @@ class JoinHandler:
                         "the connection string was redeemed by a join with another key that never completed; the "
                         "inviting cluster issues a new connection string (Ready reason RedeemedWithAnotherKey): "
                         "join with that one"))
+                if claimed is not None:
+                    await self._release_lost(claimed, stored, req.cluster_uuid)
                 log.info("join refused", extra={"remote": call.remote, "reason": decision.reason})
                 raise _refuse(decision.reason, decision.message)
             assert cp is not None and name is not None and stored is not None
@@ -155,6 +160,17 @@ class JoinHandler:
             if claim is not None:
                 log.info("join refused", extra={"remote": call.remote, "reason": reasons.CLUSTER_UUID_IN_USE})
                 raise _refuse(reasons.CLUSTER_UUID_IN_USE, claim)
+            # The cache check above is the fast refusal; the claim is the atomic one (control/uuid_claim.py), taken
+            # before anything of this redemption is stored.
+            try:
+                await uuid_claim.claim(self.kube, self.namespace, cp, req.cluster_uuid)
+            except uuid_claim.UUIDClaimed as exc:
+                log.info("join refused", extra={"remote": call.remote, "reason": reasons.CLUSTER_UUID_IN_USE})
+                raise _refuse(reasons.CLUSTER_UUID_IN_USE,
+                              exc.message(own_uuid=own_uuid, side="the joining cluster")) from None
+            except uuid_claim.ClaimContended:
+                raise _not_ready("the claim of the joining cluster's UUID keeps changing") from None
+            claimed = cp
             if decision.outcome == "reanswer":
                 if creds.redeemer(values) == redeemed_by and values.client_key:
                     issued = _first_cert(values.issued)
@@ -169,6 +185,8 @@ class JoinHandler:
                 continue  # someone else wrote first: read again; the token is then used (or still free)
             break
         else:
+            if claimed is not None:
+                await self._release_lost(claimed, stored, req.cluster_uuid)
             raise _refuse(reasons.TOKEN_USED, "the connection string is being redeemed by another join; a string is valid "
                           "for one connection, ask the inviting cluster for a new one")
         return await self._complete(req, name, own_uuid, ca, status["offer"])
@@ -198,6 +216,16 @@ class JoinHandler:
             self.on_joined(name)
         await self._served(name, issued)
         return self._answer(own_uuid, name, ca, issued, material.cert_pem, offer)
+
+    async def _release_lost(self, cp: dict, stored: dict | None, cluster_uuid: str) -> None:
+        """Release the claim of `cluster_uuid` this call took for `cp` once its redemption is known to have lost:
+        the invite, as last read, is not redeemed by that cluster (another cluster redeemed it, or it expired or
+        was reissued meanwhile). A redemption by the same cluster (another call of the same joiner) keeps it; a
+        claim another ClusterPeer holds is never touched (`uuid_claim.release`)."""
+        redeemer = invite_rules.recorded_redeemer(stored)
+        if redeemer is not None and redeemer.cluster_uuid.lower() == cluster_uuid.lower():
+            return
+        await uuid_claim.release(self.kube, self.namespace, cp, cluster_uuid)
 
     async def _served(self, name: str, issued: str) -> None:
         """The joiner calls with the certificate the answer carries at once: answer once this replica admits it."""

@@ -1,6 +1,7 @@
 """A crash at any write of the join loses nothing: the peering process of either side is killed (SIGKILL) right after
-each write of the join lands, restarted, and the peering ends Active and Ready on both sides; a redemption that can
-no longer complete ends in a named reason and a fresh connection string.
+each write of the join lands (the claim of the peer's cluster UUID among them), restarted, and the peering ends
+Active and Ready on both sides; a redemption that can no longer complete ends in a named reason and a fresh
+connection string, and its claim of the joiner's UUID is released.
 
 The kills run on the emulator backend only: the kill points are the emulator's after-write hooks
 (lab/apiserver/hooks.py), which run inside the API server right after a write is stored and before its answer
@@ -20,8 +21,8 @@ import signal
 import pytest
 import pytest_asyncio
 
-from contract.names import provider_name
-from control import pki
+from contract.names import provider_name, uuid_claim_name
+from control import pki, uuid_claim
 from control.rules import invite as invite_rules
 from lab.apiserver.errors import ApiError
 from lab.testing import apiserver_backends, lab_clusters
@@ -64,8 +65,10 @@ def _data(w) -> dict:
 INVITER, JOINER = "a", "b"
 UPDATE = ("update", "patch")
 #: (the write after which the process of `side` is killed: verbs, resource, whose object, and what it holds).
-#: `inv` stands for the Invite ClusterPeer on a, `join` for the Join ClusterPeer on b.
+#: `inv` stands for the Invite ClusterPeer on a, `join` for the Join ClusterPeer on b, `claim-of-<side>` for the
+#: claim Lease of that side's cluster UUID (held on the other side).
 KILL_POINTS = {
+    "inviter: the claim of the joiner's UUID": (INVITER, ("create",), "leases", f"claim-of-{JOINER}", None),
     "inviter: the token marked used with its redeemer": (
         INVITER, UPDATE, "clusterpeers/status", "inv", lambda w: (_status(w).get("invite") or {}).get("used") is True),
     "inviter: the peer Secret of the redemption": (INVITER, ("create", "update"), "secrets", "peer-inv", None),
@@ -74,6 +77,7 @@ KILL_POINTS = {
     "inviter: Active written": (
         INVITER, UPDATE, "clusterpeers/status", "inv", lambda w: _status(w).get("phase") == "Active"),
     "joiner: the key stored before the call": (JOINER, ("create",), "secrets", "peer-join", None),
+    "joiner: the claim of the inviter's UUID": (JOINER, ("create",), "leases", f"claim-of-{INVITER}", None),
     "joiner: the answer stored": (JOINER, UPDATE, "secrets", "peer-join", lambda w: "client.crt" in _data(w)),
     "joiner: status.peer written": (
         JOINER, UPDATE, "clusterpeers/status", "join", lambda w: bool(_status(w).get("peer"))),
@@ -94,8 +98,14 @@ async def _delete_both(a, b, inv: str, join: str) -> None:
             cluster.api.delete(GROUP, "clusterpeers", name)
     await until(lambda: clusterpeer(a, inv) is None and clusterpeer(b, join) is None
                 and a.api.get("", "secrets", f"peer-{inv}", "d8-peering") is None
-                and b.api.get("", "secrets", f"peer-{join}", "d8-peering") is None,
-                timeout=30, what="both ClusterPeers and their Secrets gone")
+                and b.api.get("", "secrets", f"peer-{join}", "d8-peering") is None
+                and _claim(a, b) is None and _claim(b, a) is None,
+                timeout=30, what="both ClusterPeers, their Secrets and their claims gone")
+
+
+def _claim(cluster, peer) -> dict | None:
+    """`cluster`'s claim of `peer`'s cluster UUID."""
+    return cluster.api.get("coordination.k8s.io", "leases", uuid_claim_name(peer.info()["uuid"]), "d8-peering")
 
 
 @on_emulator
@@ -105,7 +115,10 @@ async def test_a_crash_after_each_write_of_the_join_ends_active_on_both_sides(la
     side, verbs, resource, whose, when = KILL_POINTS[point]
     slug = str(list(KILL_POINTS).index(point))
     inv, join = f"inv-{slug}", f"join-{slug}"
-    name = whose.replace("inv", inv) if whose.endswith("inv") else whose.replace("join", join)
+    if whose.startswith("claim-of-"):
+        name = uuid_claim_name(lab[whose.removeprefix("claim-of-")].info()["uuid"])
+    else:
+        name = whose.replace("inv", inv) if whose.endswith("inv") else whose.replace("join", join)
     victim = lab[side]
 
     def kill(write) -> None:
@@ -136,6 +149,10 @@ async def test_a_crash_after_each_write_of_the_join_ends_active_on_both_sides(la
         assert pki.public_key_fingerprint(base64.b64decode(b_values["client.crt"]).decode()) == b_key_fp
         assert a_cp["status"]["peer"]["clusterUUID"] == b.info()["uuid"]
         assert b_cp["status"]["peer"]["clusterUUID"] == a.info()["uuid"]
+        # Each side's claim of the peer's UUID is held by its ClusterPeer of this peering, whatever crashed.
+        for cluster, cp, peer in ((a, a_cp, b), (b, b_cp, a)):
+            claim = _claim(cluster, peer)
+            assert [r["uid"] for r in claim["metadata"]["ownerReferences"]] == [cp["metadata"]["uid"]]
         # Each side's provider names the peer by the identity this side assigned: its own ClusterPeer's uid.
         for cluster, cp in ((a, a_cp), (b, b_cp)):
             provider = await until(lambda: cluster.api.get("deckhouse.io", "tokenexchangeproviders",
@@ -161,6 +178,8 @@ async def test_a_stranded_redemption_met_by_another_key_is_reissued_with_its_rea
     text = await connection_string(a, "stranded")
     lost_key = pki.make_key_and_csr(b.info()["uuid"])
     long_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    # The redemption the crash cut short had claimed b's UUID first.
+    a.api.create(uuid_claim.claim_object(clusterpeer(a, "stranded"), "d8-peering", b.info()["uuid"]))
 
     def strand() -> bool:
         cp = clusterpeer(a, "stranded")
@@ -180,6 +199,8 @@ async def test_a_stranded_redemption_met_by_another_key_is_reissued_with_its_rea
         assert "RedeemedWithAnotherKey" in ready_message(clusterpeer(b, "again"))
         await until_equal(lambda: ready(clusterpeer(a, "stranded")), ("Pending", "False", "RedeemedWithAnotherKey"),
                           timeout=30)
+        # The re-issue released the claim of the redemption it replaced.
+        assert _claim(a, b) is None
         message = ready_message(clusterpeer(a, "stranded"))
         assert b.info()["uuid"] in message and "new connection string" in message
         fresh = clusterpeer(a, "stranded")["status"]["invite"]
@@ -237,6 +258,7 @@ async def test_a_joiner_that_gives_up_after_the_answer_leaves_a_fresh_string_not
         await until(backdate, what="the redemption's time written back")
         await until_equal(lambda: ready(clusterpeer(a, "gave-up")), ("Pending", "False", "JoinAbandoned"), timeout=30)
         assert a.api.get("", "secrets", "peer-gave-up", "d8-peering") is None
+        assert _claim(a, b) is None  # the claim of the abandoned redemption went before the fresh string
         fresh = clusterpeer(a, "gave-up")["status"]["invite"]
         assert fresh["used"] is False and fresh["connectionString"] != text
         assert fresh["reissue"]["reason"] == "JoinAbandoned" and b.info()["uuid"] in fresh["reissue"]["message"]

@@ -7,6 +7,7 @@ is driven in this process against a's API server, beside a's own peering process
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import uuid
 
@@ -14,7 +15,7 @@ import pytest
 import pytest_asyncio
 
 from contract.errors import Refusal
-from contract.names import provider_name
+from contract.names import NAMESPACE, provider_name, uuid_claim_name
 from control import connstring, pki
 from control.config import Settings
 from control.handlers.join import JoinHandler
@@ -24,7 +25,7 @@ from control.process import Context, Handlers
 from control.rules import join as join_rules
 from gateway.protocol import JoinCall
 from lab.testing import apiserver_backends, lab_clusters
-from peering_lab import (clusterpeer, connection_string, create_invite, create_join, fast_peering_command, ready,
+from peering_lab import (GROUP, clusterpeer, connection_string, create_invite, create_join, fast_peering_command, ready,
                          until, until_equal)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -104,6 +105,56 @@ async def test_a_second_invited_cluster_claiming_the_first_peers_uuid_is_refused
     # None of it used the string: it is still there for the cluster it was meant for.
     assert clusterpeer(a, "to-evil")["status"]["invite"]["used"] is False
     assert clusterpeer(a, "to-b")["status"]["peer"]["clusterUUID"] == b_uuid
+
+
+class _Frozen:
+    """An informer's cache as it was when made: the writes of the joins under test never reach it."""
+
+    def __init__(self, informer) -> None:
+        self._store = dict(informer.store)
+
+    def get(self, name: str, namespace: str | None = None) -> dict | None:
+        return self._store.get(f"{namespace}/{name}" if namespace else name)
+
+    def items(self) -> list[dict]:
+        return list(self._store.values())
+
+
+async def test_of_two_concurrent_redemptions_by_one_cluster_exactly_one_is_accepted(lab, handler):
+    """One cluster redeems two of a's strings at once, through replicas whose caches see neither redemption: the
+    cache check passes for both, the claim of its UUID lets one through; the other is ClusterUUIDInUse naming
+    the first, and its string stays unused."""
+    a = lab["a"]
+    names = ("race-1", "race-2")
+    for name in names:
+        create_invite(a, name, tokenTTL="1h")
+    try:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        invs = [connstring.decode(await connection_string(a, name), now=now) for name in names]
+        await until(lambda: all(handler._find(inv.token_id) for inv in invs)
+                    and all(clusterpeer(a, name)["status"].get("offer") for name in names),
+                    what="both invites, with their offers, in the handler's cache")
+        stale = JoinHandler(handler.ctx)
+        stale.clusterpeers, stale.secrets = _Frozen(handler.clusterpeers), _Frozen(handler.secrets)
+        joiner = str(uuid.uuid4())
+        results = await asyncio.gather(*(stale(JoinCall(body=_body(inv, cluster_uuid=joiner), remote="127.0.0.1"))
+                                         for inv in invs), return_exceptions=True)
+        accepted = [name for name, r in zip(names, results) if isinstance(r, dict)]
+        refused = [r for r in results if isinstance(r, Refusal)]
+        assert len(accepted) == 1 and len(refused) == 1, results
+        assert (refused[0].code, refused[0].reason) == (409, "ClusterUUIDInUse")
+        assert f"ClusterPeer {accepted[0]}" in refused[0].message and joiner in refused[0].message
+        lost = next(name for name in names if name != accepted[0])
+        assert clusterpeer(a, lost)["status"]["invite"]["used"] is False
+        assert clusterpeer(a, accepted[0])["status"]["invite"]["redeemer"]["clusterUUID"] == joiner
+        claim = a.api.get("coordination.k8s.io", "leases", uuid_claim_name(joiner), NAMESPACE)
+        assert claim["spec"]["holderIdentity"] == accepted[0]
+    finally:
+        for name in names:
+            a.api.delete(GROUP, "clusterpeers", name)
+    # The claim goes with its ClusterPeer (garbage collection of what it owns).
+    await until(lambda: a.api.get("coordination.k8s.io", "leases", uuid_claim_name(joiner), NAMESPACE) is None,
+                timeout=30, what="the claim collected with its ClusterPeer")
 
 
 async def test_the_prefix_of_each_side_is_its_own_clusterpeers_uid(lab):

@@ -250,15 +250,18 @@ async def test_revocation_by_deleting_the_clusterpeer(lab):
 
 
 async def _unpeer(cluster, name: str) -> None:
-    """Delete a ClusterPeer and wait until it and its peer Secret are gone."""
-    cluster.api.delete(GROUP, "clusterpeers", name)
+    """Delete a ClusterPeer (when it is there) and wait until it and its peer Secret are gone."""
+    if clusterpeer(cluster, name) is not None:
+        cluster.api.delete(GROUP, "clusterpeers", name)
     await until(lambda: clusterpeer(cluster, name) is None
                 and cluster.api.get("", "secrets", f"peer-{name}", "d8-peering") is None, what=f"{name} gone")
 
 
 async def test_provider_name_taken_by_someone_else_is_foreign_and_fails_ready(lab):
     a, b = lab["a"], lab["b"]
-    # Two clusters peer once (ClusterUUIDInUse): b's administrator first deletes the peering a revoked above.
+    # Two clusters peer once (ClusterUUIDInUse): b's administrator first deletes the peering a revoked above (and
+    # a's, when this test runs without the revocation before it, on a worker of its own).
+    await _unpeer(a, "to-b")
     await _unpeer(b, "to-a")
     a.api.create({"apiVersion": "deckhouse.io/v1alpha1", "kind": "TokenExchangeProvider",
                   "metadata": {"name": "peering-taken"},
@@ -278,9 +281,9 @@ async def test_provider_name_taken_by_someone_else_is_foreign_and_fails_ready(la
 
 async def test_module_reenabled_with_a_new_ca_marks_old_peerings_error(lab):
     a, b = lab["a"], lab["b"]
-    # The clusters peer once: the peering of the test before goes first.
-    await _unpeer(a, "taken")
-    await _unpeer(b, "taken")
+    # The clusters peer once: the peerings of the tests before go first (whichever of them ran on this worker).
+    for cluster, name in ((a, "taken"), (b, "taken"), (a, "to-b"), (b, "to-a")):
+        await _unpeer(cluster, name)
     create_invite(a, "second")
     text = await connection_string(a, "second")
     create_join(b, "second", text)

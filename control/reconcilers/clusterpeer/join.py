@@ -4,11 +4,13 @@ brings (the inviter's CA, the certificate it issued for our key, the one we issu
 A string naming our own cluster UUID is refused before anything is sent, an answer from an inviter claiming a live
 peer's UUID is refused before anything is stored (ClusterUUIDInUse; the inviter itself refuses a joiner it already
 peers with, with the same reason, which is shown as it is). The key is stored before the request leaves the
-cluster, so a repeated join presents the same key and the inviter answers it again; each write is resumable: a
-crash after the key's write joins again with it, a crash after the answer's write finds the answer stored and goes
-on to deliver our half. A refusal the administrator must fix (`conditions.PERMANENT_JOIN_REASONS`) is not retried
-until the spec changes (a ClusterPeer made again under the same name is a new spec); any other failure is retried
-with a backoff.
+cluster, so a repeated join presents the same key and the inviter answers it again. Then the inviter's UUID is
+claimed (`control/uuid_claim.py`): of concurrent joins of this cluster toward one inviting cluster, whichever
+workers run them, one goes on and the others are ClusterUUIDInUse naming it. Each write is resumable: a crash
+after the key's write joins again with it, one after the claim finds the claim its own, a crash after the answer's
+write finds the answer stored and goes on to deliver our half. A refusal the administrator must fix
+(`conditions.PERMANENT_JOIN_REASONS`) releases the claim and is not retried until the spec changes (a ClusterPeer
+made again under the same name is a new spec); any other failure keeps the claim and is retried with a backoff.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Callable
 
 from contract import reasons
 from contract.peer_secret import PeerCredentials
-from control import pki
+from control import pki, uuid_claim
 from control.clock import Clock
 from control.kube import KubeSession
 from control.peerclient import PeerClient
@@ -102,13 +104,22 @@ class Joiner:
             if secret is None:
                 return JoinOutcome(values, mem, requeue=True)
             values = keyed
+        # The claim of the inviter's UUID (control/uuid_claim.py), before the request leaves the cluster: of
+        # concurrent joins of this cluster toward one inviting cluster exactly one goes on.
+        try:
+            await uuid_claim.claim(self.kube, self.namespace, obs.cp, inv.cluster_uuid)
+        except uuid_claim.UUIDClaimed as exc:
+            return self._failed(obs, mem, values, generation, reasons.CLUSTER_UUID_IN_USE,
+                                exc.message(own_uuid=obs.own_uuid, side="the inviting cluster"))
+        except uuid_claim.ClaimContended:
+            return JoinOutcome(values, mem, requeue=True)
         csr = pki.csr_for_key(values.client_key, obs.own_uuid)
         body = join_rules.join_request(inv, cluster_uuid=obs.own_uuid, alias=obs.key, entrance=self.entrance_host,
                                        ca_pem=obs.ca.cert_pem, csr_pem=csr, offer=obs.offer)
         answer = await self.client.join(inv, body)
         if not answer.ok:
             reason, message = join_rules.join_failure(answer.status, answer.body)
-            return self._failed(obs, mem, values, generation, reason, message)
+            return await self._lost(obs, mem, values, generation, reason, message)
         try:
             checked = join_rules.check_join_answer(answer.body, inv, own_uuid=obs.own_uuid,
                                                    own_key_fingerprint=pki.public_key_fingerprint(csr), now=obs.now)
@@ -124,9 +135,9 @@ class Joiner:
             issued = pki.issue_client_cert(obs.ca, checked.csr_pem, checked.cluster_uuid, now=obs.now,
                                            lifetime=self.client_cert_lifetime)
         except join_rules.JoinError as exc:
-            return self._failed(obs, mem, values, generation, exc.reason, exc.message)
+            return await self._lost(obs, mem, values, generation, exc.reason, exc.message)
         except pki.PKIError as exc:
-            return self._failed(obs, mem, values, generation, join_rules.INVALID_ANSWER,
+            return await self._lost(obs, mem, values, generation, join_rules.INVALID_ANSWER,
                                 f"the inviting cluster's certificate request cannot be signed: {exc.message}")
         new_values = values.replace(peer_ca=checked.ca_pem, client_cert=checked.certificate_pem, issued=issued,
                                     peer_uuid=checked.cluster_uuid, peer_entrance=checked.entrance)
@@ -140,6 +151,17 @@ class Joiner:
         # Right after the join our status (with the offer the inviter pulls once it has our certificate) is
         # written first; the next pass, a moment later, delivers the certificate.
         return JoinOutcome(new_values, mem, peer=peer, wait=0.05)
+
+    async def _lost(self, obs: Observed, mem: PeerMemory, values: PeerCredentials, generation: tuple[str, int],
+                    reason: str, message: str) -> JoinOutcome:
+        """A failure after the claim of the inviter's UUID: one the administrator must fix
+        (`conditions.PERMANENT_JOIN_REASONS`) releases the claim before it is recorded, so another ClusterPeer may
+        join that cluster; any other is retried and keeps it."""
+        if reason in cond.PERMANENT_JOIN_REASONS:
+            inv = obs.spec.invitation
+            assert inv is not None
+            await uuid_claim.release(self.kube, self.namespace, obs.cp, inv.cluster_uuid)
+        return self._failed(obs, mem, values, generation, reason, message)
 
     def _failed(self, obs: Observed, mem: PeerMemory, values: PeerCredentials, generation: tuple[str, int], reason: str,
                 message: str) -> JoinOutcome:

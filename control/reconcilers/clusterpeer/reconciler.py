@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from contract.names import (CA_SECRET, ENTRANCE_TLS_SECRET, JOIN_TLS_SECRET, MANAGED_BY_SELECTOR, peer_secret_name,
                             provider_name)
-from control import pki
+from control import pki, uuid_claim
 from control import connstring
 from control.connstring import format_time
 from control.clusterpeer_status import write_status
@@ -28,6 +28,7 @@ from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import conditions as cond
 from control.rules import credentials as creds
 from control.rules import events as event_rules
+from control.rules import invite as invite_rules
 from control.rules import join as join_rules
 from control.rules import projects as project_rules
 from control.rules.access import desired_access
@@ -189,6 +190,12 @@ class ClusterPeerReconciler:
             invited = invite_phase.invite(obs, join_host=self.settings.join_host,
                                           entrance_host=self.settings.entrance_host, join_ca=self._join_ca)
             invite, problem = invited.invite, invited.problem
+            replaced = invite_rules.recorded_redeemer(obs.stored_invite)
+            if replaced is not None and invite_rules.recorded_redeemer(invite) is None:
+                # A string re-issued over a redemption that could not complete: that redemption stands for its
+                # joiner's UUID no more, and its claim goes before the status says so (a crash between the two
+                # writes finds the same re-issue in the next pass, and releases again: a no-op).
+                await uuid_claim.release(self.kube, self.namespace, cp, replaced.cluster_uuid)
             waits.append(invited.wait)
             if invited.drop_secret and obs.secret is not None:
                 # The copy this pass judged: a concurrent change, such as the joiner's certificate arriving, keeps it.

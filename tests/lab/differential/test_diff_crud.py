@@ -280,3 +280,38 @@ async def test_lease_as_the_leader_election_writes_it(pair):
         return s
 
     await pair.run(case)
+
+
+async def test_lease_as_the_uuid_claim_writes_it(pair):
+    """control/uuid_claim.py: a Lease owned by a ClusterPeer, made once (the second create is AlreadyExists),
+    taken over by a delete whose uid and resourceVersion preconditions must hold."""
+    async def case(b: Backend):
+        await namespace(b)
+        s = {}
+        owner = await b.call("POST", CP, body=invite("crud-claimer"))
+        ref = {"apiVersion": "peering.deckhouse.io/v1alpha1", "kind": "ClusterPeer", "name": "crud-claimer",
+               "uid": owner.body["metadata"]["uid"], "controller": True, "blockOwnerDeletion": False}
+        claim = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                 "metadata": {"name": "peer-uuid-crud", "labels": {"app.kubernetes.io/managed-by": "peering"},
+                              "ownerReferences": [ref]},
+                 "spec": {"holderIdentity": "crud-claimer"}}
+        s["create"] = await b.call("POST", LEASES, body=claim)
+        s["create again"] = await b.call("POST", LEASES, body=claim)
+        made = s["create"].body["metadata"]
+        s["delete stale resourceVersion"] = await b.call("DELETE", f"{LEASES}/peer-uuid-crud", body={
+            "kind": "DeleteOptions", "apiVersion": "v1",
+            "preconditions": {"uid": made["uid"], "resourceVersion": "1"}})
+        s["delete wrong uid"] = await b.call("DELETE", f"{LEASES}/peer-uuid-crud", body={
+            "kind": "DeleteOptions", "apiVersion": "v1",
+            "preconditions": {"uid": "00000000-0000-0000-0000-000000000000",
+                              "resourceVersion": made["resourceVersion"]}})
+        s["delete"] = await b.call("DELETE", f"{LEASES}/peer-uuid-crud", body={
+            "kind": "DeleteOptions", "apiVersion": "v1",
+            "preconditions": {"uid": made["uid"], "resourceVersion": made["resourceVersion"]}})
+        s["delete gone"] = await b.call("DELETE", f"{LEASES}/peer-uuid-crud", body={
+            "kind": "DeleteOptions", "apiVersion": "v1",
+            "preconditions": {"uid": made["uid"], "resourceVersion": made["resourceVersion"]}})
+        s["create after"] = await b.call("POST", LEASES, body=claim)
+        return s
+
+    await pair.run(case)
