@@ -4,10 +4,13 @@ brings (the inviter's CA, the certificate it issued for our key, the one we issu
 A string naming our own cluster UUID is refused before anything is sent, an answer from an inviter claiming a live
 peer's UUID is refused before anything is stored (ClusterUUIDInUse; the inviter itself refuses a joiner it already
 peers with, with the same reason, which is shown as it is). The key is stored before the request leaves the
-cluster, so a repeated join presents the same key and the inviter answers it again. Then the inviter's UUID is
-claimed (`control/uuid_claim.py`): of concurrent joins of this cluster toward one inviting cluster, whichever
-workers run them, one goes on and the others are ClusterUUIDInUse naming it. Each write is resumable: a crash
-after the key's write joins again with it, one after the claim finds the claim its own, a crash after the answer's
+cluster, so a repeated join presents the same key and the inviter answers it again. Once the answer checks, the
+inviter's UUID is claimed (`control/uuid_claim.py`) before the answer is stored: of concurrent joins of this
+cluster toward one inviting cluster, whichever workers run them, one stores its answer and the others are
+ClusterUUIDInUse naming it (an honest inviter refuses them first, by its own claim); after the answer, so that what
+the inviter says of the string (TokenUsed, ClusterNotExpected, ...) is what the administrator reads. Each write is
+resumable: a crash after the key's write joins again with it, one after the claim finds the claim its own, a crash
+after the answer's
 write finds the answer stored and goes on to deliver our half. A refusal the administrator must fix
 (`conditions.PERMANENT_JOIN_REASONS`) releases the claim and is not retried until the spec changes (a ClusterPeer
 made again under the same name is a new spec); any other failure keeps the claim and is retried with a backoff.
@@ -104,15 +107,6 @@ class Joiner:
             if secret is None:
                 return JoinOutcome(values, mem, requeue=True)
             values = keyed
-        # The claim of the inviter's UUID (control/uuid_claim.py), before the request leaves the cluster: of
-        # concurrent joins of this cluster toward one inviting cluster exactly one goes on.
-        try:
-            await uuid_claim.claim(self.kube, self.namespace, obs.cp, inv.cluster_uuid)
-        except uuid_claim.UUIDClaimed as exc:
-            return self._failed(obs, mem, values, generation, reasons.CLUSTER_UUID_IN_USE,
-                                exc.message(own_uuid=obs.own_uuid, side="the inviting cluster"))
-        except uuid_claim.ClaimContended:
-            return JoinOutcome(values, mem, requeue=True)
         csr = pki.csr_for_key(values.client_key, obs.own_uuid)
         body = join_rules.join_request(inv, cluster_uuid=obs.own_uuid, alias=obs.key, entrance=self.entrance_host,
                                        ca_pem=obs.ca.cert_pem, csr_pem=csr, offer=obs.offer)
@@ -139,6 +133,17 @@ class Joiner:
         except pki.PKIError as exc:
             return await self._lost(obs, mem, values, generation, join_rules.INVALID_ANSWER,
                                 f"the inviting cluster's certificate request cannot be signed: {exc.message}")
+        # The claim of the inviter's UUID (control/uuid_claim.py) before anything of the answer is stored: of
+        # concurrent joins of this cluster toward one inviting cluster exactly one stores its answer (an honest
+        # inviter has refused the others by its own claim already). After the answer, not before the request: what
+        # the inviter says of the string (TokenUsed, ClusterNotExpected, ...) is what the administrator reads.
+        try:
+            await uuid_claim.claim(self.kube, self.namespace, obs.cp, checked.cluster_uuid)
+        except uuid_claim.UUIDClaimed as exc:
+            return self._failed(obs, mem, values, generation, reasons.CLUSTER_UUID_IN_USE,
+                                exc.message(own_uuid=obs.own_uuid, side="the inviting cluster"))
+        except uuid_claim.ClaimContended:
+            return JoinOutcome(values, mem, requeue=True)
         new_values = values.replace(peer_ca=checked.ca_pem, client_cert=checked.certificate_pem, issued=issued,
                                     peer_uuid=checked.cluster_uuid, peer_entrance=checked.entrance)
         if await write_peer_secret(self.kube, obs.cp, self.namespace, new_values, secret) is None:
@@ -154,9 +159,9 @@ class Joiner:
 
     async def _lost(self, obs: Observed, mem: PeerMemory, values: PeerCredentials, generation: tuple[str, int],
                     reason: str, message: str) -> JoinOutcome:
-        """A failure after the claim of the inviter's UUID: one the administrator must fix
-        (`conditions.PERMANENT_JOIN_REASONS`) releases the claim before it is recorded, so another ClusterPeer may
-        join that cluster; any other is retried and keeps it."""
+        """A failure of a join that may hold the claim of the inviter's UUID (an earlier pass took it and then
+        could not store the answer): one the administrator must fix (`conditions.PERMANENT_JOIN_REASONS`) releases
+        it before it is recorded, so another ClusterPeer may join that cluster; any other is retried and keeps it."""
         if reason in cond.PERMANENT_JOIN_REASONS:
             inv = obs.spec.invitation
             assert inv is not None
