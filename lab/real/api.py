@@ -44,6 +44,9 @@ WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION")
 # kube-apiserver refuses a TokenRequest shorter than this (`may not specify a duration less than 10 minutes`).
 MIN_TOKEN_SECONDS = 600
 TIMEOUT = 30.0
+#: How long a write refused while kube-apiserver still learns a custom resource's schema is sent again (`request`).
+CRD_SETTLE = 30.0
+_UNSETTLED = "There can be a delay between when CustomResourceDefinitions are created and when they are available"
 _METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 T = TypeVar("T")
@@ -157,12 +160,22 @@ class HttpApi:
 
     def request(self, method: str, path: str, body: Any = None, *, params: Mapping[str, str] | None = None,
                 content_type: str = "application/json", accept: str = "application/json") -> Any:
-        """One request; the decoded JSON answer, or ApiError with the server's Status."""
-        try:
-            return self.call(self.kube.request(method, path, query=dict(params or {}), body=body,
-                                               content_type=content_type, accept=accept, timeout=TIMEOUT))
-        except kube.ApiError as e:
-            raise lab_error(e) from None
+        """One request; the decoded JSON answer, or ApiError with the server's Status.
+
+        A write that kube-apiserver's admission answers 503 "Resource kind ... not found. There can be a delay ..."
+        (its mutating admission policies' type converter has not learnt a custom resource's schema yet, or is
+        relearning it after another CRD changed: it answers so even after a dry-run create of that kind passed) is
+        sent again, for at most CRD_SETTLE seconds: that answer says the write was never applied, and an
+        administrator's kubectl would be run again. Any other answer is the caller's."""
+        deadline = time.monotonic() + CRD_SETTLE
+        while True:
+            try:
+                return self.call(self.kube.request(method, path, query=dict(params or {}), body=body,
+                                                   content_type=content_type, accept=accept, timeout=TIMEOUT))
+            except kube.ApiError as e:
+                if not (e.code == 503 and _UNSETTLED in (e.message or "")) or time.monotonic() > deadline:
+                    raise lab_error(e) from None
+            time.sleep(0.05)  # bounded poll: kube-apiserver says nothing when its type converter caught up
 
     def text(self, path: str) -> str:
         """A plain-text answer (/metrics), through the same session."""
