@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import datetime
 import pathlib
-import socket
 from typing import Awaitable, Callable
 
 import pytest
@@ -16,16 +15,10 @@ from control.kube import KubeSession
 from lab.apiserver.testing import start_test_apiserver
 from lab.testing import RealApiserverAlone, apiserver_backends
 
+
 CRDS = pathlib.Path(__file__).resolve().parents[2] / "charts" / "peering" / "crds"
 NAMESPACE = "d8-peering"
 CLUSTER_UUID = "9b2f3a4e-0000-4000-8000-00000000000a"
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, learnt, closed): a connection to it is refused at once."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def seed(server) -> None:

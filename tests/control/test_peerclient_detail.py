@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import socket
 
 import aiohttp
 
 from control.peerclient import _detail
+from tests.ports import closed_port
 
 
 async def test_a_refused_connection_names_host_and_port_without_python_object_reprs() -> None:
-    with socket.socket() as s:  # a port that was free a moment ago and has no listener now
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = closed_port()  # a port no one listens on
     async with aiohttp.ClientSession() as session:
         try:
             await session.get(f"https://127.0.0.1:{port}/")

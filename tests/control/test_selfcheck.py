@@ -14,7 +14,8 @@ from control import pki
 from control.selfcheck import (CONFIRM_PROBES, CONFIRM_SECONDS, RETRY_SECONDS, SelfCheck, conditions_of, probe,
                                served_certificate)
 from gateway import tls
-from tests.control.conftest import FakeClock, closed_port
+from tests.control.conftest import FakeClock
+from tests.ports import closed_port
 
 HOST = "peering-gateway.x.lab"
 NOW = datetime.datetime.now(datetime.timezone.utc)

@@ -7,6 +7,7 @@ import aiohttp
 
 from tests.gateway.support import CLUSTER, ENTRANCE_HOST, gateway_config, load_certs, make_token, registry_for
 from gateway.server import Gateway
+from tests.ports import closed_port
 
 EGRESS = "https://peering-gateway.d8-peering.svc"
 
@@ -76,12 +77,9 @@ async def test_egress_refusals(gateway, pki, issuer_key, upstream, dex, handlers
 
 
 async def test_egress_reports_an_unreachable_peer(pki, issuer_key, upstream, dex, handlers, session_for, gateway):
-    import socket
     egress = await _egress_gateway(pki, issuer_key, upstream, dex, handlers, gateway)
     try:
-        with socket.socket() as unused:
-            unused.bind(("127.0.0.1", 0))
-            port = unused.getsockname()[1]
+        port = closed_port()
         await egress.state.resolver.close()
         egress.state.resolver._overrides[ENTRANCE_HOST] = ("127.0.0.1", port)
         s = session_for(egress, None)

@@ -9,6 +9,7 @@ import aiohttp
 import pytest
 
 from tests.gateway.support import CLUSTER, ENTRANCE_HOST, ISSUER, make_token, registry_for, started_gateway
+from tests.ports import closed_port
 
 URL = f"https://{ENTRANCE_HOST}"
 PODS = URL + "/api/v1/namespaces/default/pods"
@@ -299,10 +300,7 @@ async def test_each_dex_refusal_names_what_to_fix_and_a_success_clears_it(
 async def test_api_server_down_gives_503(pki, issuer_key, dex, handlers, session_for, upstream):
     from tests.gateway.support import gateway_config, load_certs
     from gateway.server import Gateway
-    import socket
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        upstream.port = unused.getsockname()[1]
+    upstream.port = closed_port()
     gw = Gateway(gateway_config(pki, upstream, dex), handlers)
     await gw.start()
     try:

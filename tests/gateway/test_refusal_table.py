@@ -13,7 +13,6 @@ import json
 import logging
 import pathlib
 import re
-import socket
 import ssl
 from typing import Awaitable, Callable
 
@@ -27,6 +26,7 @@ from gateway.server import Gateway
 from tests.gateway.support import (CLUSTER, ENTRANCE_HOST, Handlers, access_lines, client_ssl, close_stream,
                                    gateway_config, load_certs, make_token, registry_for, request_counts)
 from tests.gateway.test_egress import EGRESS, _egress_gateway
+from tests.ports import closed_port
 
 README = pathlib.Path(__file__).resolve().parents[2] / "gateway" / "README.md"
 EGRESS_HOST = "peering-gateway.d8-peering.svc"
@@ -144,12 +144,6 @@ def then(prepare: Callable[[Rig], None], request: Callable[..., Drive]) -> Calla
             return await request(listener)(rig)
         return drive
     return make
-
-
-def _unused_port() -> int:
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        return unused.getsockname()[1]
 
 
 def _resolve(gw: Gateway, host: str, port: int) -> None:
@@ -313,7 +307,7 @@ CASES: dict[str, dict[str, Callable[..., Drive]]] = {
         rig.dex, "secret", "rotated"), get())},
     reasons.TOKEN_INVALID: {"egress": token(iss="https://other.example")},
     reasons.TOKEN_REVIEW_UNAVAILABLE: {"egress": then(lambda rig: _resolve(rig.egress, "api.x.lab",
-                                                                                 _unused_port()), get())},
+                                                                                 closed_port()), get())},
     reasons.NO_EFFECTIVE_CAPABILITY: {"entrance": withdrawn_while_exchanging,
                                       "egress": then(lambda rig: rig.republish(
                                           rig.egress, effective=frozenset()), get())},
@@ -352,8 +346,8 @@ CASES: dict[str, dict[str, Callable[..., Drive]]] = {
     reasons.UPSTREAM_FAILED: {"entrance": then(lambda rig: setattr(rig.upstream, "fail_next", 5), get()),
                               "egress": hung_up},
     reasons.UPSTREAM_UNAVAILABLE: {
-        "entrance": then(lambda rig: _resolve(rig.entrance, "api.x.lab", _unused_port()), get()),
-        "egress": then(lambda rig: _resolve(rig.egress, ENTRANCE_HOST, _unused_port()), get())},
+        "entrance": then(lambda rig: _resolve(rig.entrance, "api.x.lab", closed_port()), get()),
+        "egress": then(lambda rig: _resolve(rig.egress, ENTRANCE_HOST, closed_port()), get())},
     reasons.TOKEN_EXCHANGE_UNAVAILABLE: {"entrance": then(lambda rig: setattr(rig.dex, "down", True), get())},
     reasons.PEER_NOT_CONNECTED: {"egress": then(lambda rig: rig.republish(rig.egress, entrance=None), get())},
     reasons.PEER_CREDENTIALS_INVALID: {"egress": then(lambda rig: rig.republish(

@@ -16,6 +16,7 @@ from tests.gateway.support import gateway_config, load_certs, make_token, regist
 from tests.gateway.test_egress import EGRESS, _egress_gateway
 from tests.gateway.test_entrance import PODS
 from gateway.server import Gateway
+from tests.ports import closed_port
 
 PATH = "/api/v1/namespaces/default/pods"
 
@@ -199,11 +200,8 @@ async def test_a_body_request_on_a_fresh_connection_that_fails_is_not_sent_twice
 async def test_a_connection_refused_at_once_is_tried_once_more(gateway, session_for, issuer_key, monkeypatch):
     """Behind a Service, a replica just gone is still listed for a moment and refuses the connection: the next
     connection may reach a live one, so a refused or reset connect is tried once more."""
-    import socket
 
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        dead = unused.getsockname()[1]
+    dead = closed_port()
     resolver = gateway.state.resolver
     real, tried = resolver.resolve, []
 

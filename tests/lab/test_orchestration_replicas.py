@@ -20,6 +20,7 @@ from lab.__main__ import main as lab_main
 from lab.cluster import LabCluster
 from lab.ingress import Backends, Ingress, TcpPassthrough
 from lab.testing import lab_processes
+from tests.ports import closed_port
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +41,6 @@ async def _named_backends(names, ssl_context=None):
         await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()
         runners.append(runner)
     return runners
-
-
-def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, then closed): connecting to it is refused."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_backends_take_turns_and_give_every_port_once():
@@ -77,7 +71,7 @@ async def test_ingress_spreads_requests_and_skips_a_backend_that_refuses(pki):
             assert [await ask() for _ in range(4)] == [(200, "r1")] * 4
             assert ingress.backends.served == {ports[0]: 2, ports[1]: 6}
             # No backend accepts: 502, named as such.
-            ingress.set_backends([_closed_port()])
+            ingress.set_backends([closed_port()])
             status, text = await ask()
             assert status == 502 and "no backend accepted" in text
     finally:
@@ -101,7 +95,7 @@ async def test_passthrough_spreads_connections_and_skips_a_target_that_refuses(p
                                     server_hostname="peering-gateway.r.lab") as r:
                     return await r.text()
 
-            lb.set_targets([_closed_port(), *ports])
+            lb.set_targets([closed_port(), *ports])
             # The refusing target is skipped: its turns go to the next one in the ring (e0).
             assert [await ask() for _ in range(6)] == ["e0", "e0", "e1"] * 2
             await runners[1].cleanup()

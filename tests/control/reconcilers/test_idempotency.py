@@ -30,7 +30,8 @@ from control.rules import join as join_rules
 from control.rules.conditions import get_condition
 from control.selfcheck import CONFIRM_SECONDS, RETRY_SECONDS
 from control.watch import ObjectPoller
-from tests.control.conftest import CLUSTER_UUID, NAMESPACE, FakeClock, closed_port, eventually
+from tests.control.conftest import CLUSTER_UUID, NAMESPACE, FakeClock, eventually
+from tests.ports import closed_port
 
 GROUP = "peering.deckhouse.io"
 API_VERSION = f"{GROUP}/v1alpha1"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import socket
 import types
 
 import pytest
@@ -35,8 +34,9 @@ from gateway.admission import ClientState, admit_peer_call
 from gateway.config import Limits
 from gateway.protocol import PeerCall
 from gateway.tls import server_context
-from tests.control.conftest import CLUSTER_UUID, NAMESPACE, FakeClock, closed_port, start_api
+from tests.control.conftest import CLUSTER_UUID, NAMESPACE, FakeClock, start_api
 from tests.control.reconcilers.test_idempotency import API_VERSION, DAY, HOUR, World
+from tests.ports import ReservedPort, closed_port
 
 B_UUID = "7c5e0000-0000-4000-8000-0000000000b2"
 ENTRANCES = {"a": "peering-gateway.a.lab", "b": "peering-gateway.b.lab"}
@@ -52,7 +52,9 @@ class Entrance:
         self.clock = clock
         self.host = host
         self.world: World | None = None
-        self.port = closed_port()
+        # The entrance goes away and comes back on the same port; between, a connection is refused.
+        self.reserved = ReservedPort()
+        self.port = self.reserved.port
         self.runner: web.AppRunner | None = None
 
     async def start(self, world: World) -> None:
@@ -66,10 +68,12 @@ class Entrance:
         app.router.add_route("*", PEER_PREFIX + "{op}", self._call)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.port))
-        await web.SockSite(self.runner, sock, ssl_context=context).start()
+        sock = self.reserved.listener()
+        try:
+            await web.SockSite(self.runner, sock, ssl_context=context).start()
+        except BaseException:
+            sock.close()
+            raise
 
     async def stop(self) -> None:
         if self.runner is not None:

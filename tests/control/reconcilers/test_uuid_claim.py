@@ -23,7 +23,8 @@ from control.reconcilers.clusterpeer.observe import observe
 from control.reconcilers.memory import Memory, PeerMemory
 from control.rules import join as join_rules
 from control.rules.offer import build_offer
-from tests.control.conftest import CLUSTER_UUID, closed_port
+from tests.control.conftest import CLUSTER_UUID
+from tests.ports import closed_port
 
 pytestmark = pytest.mark.asyncio
 

@@ -22,6 +22,7 @@ from lab.real import config, proxy
 from lab.cluster import Replica
 from lab.real.documents import load_documents, strip_schema_keys
 from lab.workload import exit_code, pod_state, pod_status
+from tests.ports import closed_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 CHART_CRDS = ROOT / "charts" / "peering" / "crds"
@@ -241,11 +242,7 @@ def test_no_go_says_what_to_install(monkeypatch):
 @pytest.mark.skipif(shutil.which("go") is None and not os.access("/usr/local/go/bin/go", os.X_OK),
                     reason="needs a go command to see what it says when the module proxy is unreachable")
 def test_an_unreachable_module_proxy_is_quoted(tmp_path, monkeypatch):
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on: connection refused at once
-        s.bind(("127.0.0.1", 0))
-        dead = s.getsockname()[1]
+    dead = closed_port()  # a port nobody listens on: connection refused at once
     monkeypatch.setenv("GOPROXY", f"http://127.0.0.1:{dead}")
     monkeypatch.setenv("GOSUMDB", "off")
     monkeypatch.setattr(builder, "HEARTBEAT_SECONDS", 0.5)
