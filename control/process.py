@@ -21,6 +21,7 @@ from typing import Any, Callable, Protocol, Sequence
 import prometheus_client
 
 from gateway.config import GatewayConfig, Limits
+from gateway.exchange import ExchangeFailures
 from gateway.registry import Registry
 from gateway.resolve import OverrideResolver
 
@@ -64,14 +65,14 @@ class Served(Sink, Protocol):
 class Runtime:
     """The control loop of one replica around a gateway. Each part is made with what it needs, in order: the
     informers, the feed, the controller (empty), the Context with all of them, then every reconciler from the
-    Context, the Lease elector and the metrics. `exchange_failures` is the gateway's last failed token exchange
-    per Dex connector (`Gateway.exchange_failures`); `exchange_changed` is what the gateway calls when one
-    changes."""
+    Context, the Lease elector and the metrics. `exchange_failures` is the gateway's record of the last failed
+    token exchange per Dex connector (given to the Gateway too): the ClusterPeers show it, and each change of it
+    queues them again (`exchange_changed`)."""
 
     def __init__(self, settings: Settings, kube: KubeSession, gateway: Served, *,
                  handlers: Handlers | None = None,
                  reconcilers: Sequence[Callable[[Context], Reconciler]] = RECONCILERS, clock: Clock = SYSTEM,
-                 exchange_failures: Callable[[], dict[str, tuple[str, str]]] = lambda: {}) -> None:
+                 exchange_failures: ExchangeFailures | None = None) -> None:
         self.settings = settings
         self.kube = kube
         self.gateway = gateway
@@ -81,8 +82,10 @@ class Runtime:
         self.feed = Feed(self.informers, gateway, settings.kube.namespace, coalesce=settings.control.feed_coalesce,
                          clock=clock)
         self.controller = Controller(self.informers, workers=settings.control.reconcile_workers)
+        failures = exchange_failures if exchange_failures is not None else ExchangeFailures()
+        failures.subscribe(self.exchange_changed)
         self.ctx = Context(settings, kube, self.informers, self.handlers, controller=self.controller, clock=clock,
-                           published=self.feed.published, exchange_failures=exchange_failures)
+                           published=self.feed.published, exchange_failures=lambda: failures.by_connector)
         for make in reconcilers:
             self.controller.add(make(self.ctx))
         # What a ClusterPeer announces waits for the registry that serves it (control/rules/access.py): a publish
@@ -226,12 +229,11 @@ async def run_process(settings: Settings, stop: asyncio.Event) -> None:
             log.warning("the Secret of the module's Dex client is missing or has no clientSecret: token exchange "
                         "fails until user-authn writes it (from the DexClient of the chart); no restart is needed",
                         extra={"object": f"{settings.kube.namespace}/{dex.name}", "client": dex.id})
-        gateway = Gateway(gateway_config(settings, kube, dex), handlers)
+        # How token exchanges go: the gateway records it, the runtime shows it on the ClusterPeers.
+        failures = ExchangeFailures()
+        gateway = Gateway(gateway_config(settings, kube, dex), handlers, exchange_failures=failures)
         expose_control_metrics(gateway.metrics.registry)
-        runtime = Runtime(settings, kube, gateway, handlers=handlers,
-                          exchange_failures=lambda: gateway.exchange_failures)
-        # The gateway's one hook: it is made before the runtime, which drives it.
-        gateway.on_exchange_change = runtime.exchange_changed
+        runtime = Runtime(settings, kube, gateway, handlers=handlers, exchange_failures=failures)
         gateway.metrics.registry.register(runtime.metrics)
         try:
             await _unless_stopped(stop, runtime.start())

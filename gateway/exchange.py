@@ -286,14 +286,28 @@ class DexClient:
 
 class ExchangeFailures:
     """The last failed token exchange per Dex connector, (reason, message), cleared by a success: the control loop
-    shows it in the ClusterPeer's TokenExchangeReady. `record` says whether the entry changed."""
+    shows it in the ClusterPeer's TokenExchangeReady. `record` says whether the entry changed, and tells every
+    subscriber (`subscribe`) the connector whose entry did."""
 
     MAX_CONNECTORS = 10_000
 
     def __init__(self) -> None:
         self.by_connector: dict[str, tuple[str, str]] = {}
+        self._subscribers: list[Callable[[str], None]] = []
+
+    def subscribe(self, fn: Callable[[str], None]) -> Callable[[], None]:
+        """Call `fn(connector_id)` after each change of an entry; returns what unsubscribes it."""
+        self._subscribers.append(fn)
+        return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
 
     def record(self, connector_id: str, failure: tuple[str, str] | None) -> bool:
+        if not self._changed(connector_id, failure):
+            return False
+        for fn in list(self._subscribers):
+            fn(connector_id)
+        return True
+
+    def _changed(self, connector_id: str, failure: tuple[str, str] | None) -> bool:
         if self.by_connector.get(connector_id) == failure:
             return False
         if failure is None:

@@ -9,7 +9,6 @@ decided in admission.py; this file only starts, feeds and stops those pieces.
 from __future__ import annotations
 
 import os
-from typing import Callable
 
 from prometheus_client import generate_latest
 
@@ -29,7 +28,8 @@ class Gateway:
     """The data plane. Build it with a config and the control loop's handlers, `await start()`, then feed it
     registries with `publish` and certificates with `reload_certificates`."""
 
-    def __init__(self, config: GatewayConfig, handlers: ControlHandlers) -> None:
+    def __init__(self, config: GatewayConfig, handlers: ControlHandlers, *,
+                 exchange_failures: ExchangeFailures | None = None) -> None:
         self.config = config
         self.handlers = handlers
         self.metrics = Metrics()
@@ -38,12 +38,11 @@ class Gateway:
         self.egress_port = 0
         self.ops_port = 0
         self._registry = Registry.empty()
-        self._failures = ExchangeFailures()
+        # Given by the composition root, which lets the control loop subscribe to its changes.
+        self._failures = exchange_failures if exchange_failures is not None else ExchangeFailures()
         #: The last failed token exchange per Dex connector, (reason, message), cleared by a success; the control
         #: loop shows it in the ClusterPeer's TokenExchangeReady. Workers report theirs to the parent.
         self.exchange_failures: dict[str, tuple[str, str]] = self._failures.by_connector
-        #: Called with the connector whenever its entry in `exchange_failures` changes.
-        self.on_exchange_change: Callable[[str], None] | None = None
         count = config.workers if config.workers > 0 else (os.cpu_count() or 1)
         # Every peer call of the process, its workers' too, passes this one bound per peer.
         bounded = PeerCallBound(handlers, config.limits.peer_calls_per_second, config.limits.peer_call_burst)
@@ -125,5 +124,4 @@ class Gateway:
 
     def exchange_outcome(self, connector_id: str, failure: tuple[str, str] | None) -> None:
         """Record how the last exchange through `connector_id` went (None: it worked)."""
-        if self._failures.record(connector_id, failure) and self.on_exchange_change is not None:
-            self.on_exchange_change(connector_id)
+        self._failures.record(connector_id, failure)

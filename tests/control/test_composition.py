@@ -16,6 +16,7 @@ from control.handlers.dispatch import Handlers
 from control.informers import Informers
 from control.process import Runtime
 from control.reconcilers.memory import PeerMemory
+from gateway.exchange import ExchangeFailures
 from tests.control.conftest import FakeClock
 from tests.control.reconcilers.test_clusterpeer import Sink
 
@@ -38,6 +39,17 @@ def test_the_composition_root_neither_probes_nor_patches_what_it_made():
                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
                if isinstance(target, ast.Attribute) and "ctx" in ast.unparse(target.value)]
     assert patched == []
+
+
+def test_the_composition_root_sets_no_attribute_of_anything_it_made():
+    """Every component gets what it needs when it is made (the gateway its exchange record, which the runtime
+    subscribes to), so nothing is wired by assignment afterwards: only a class's own `self` is assigned to."""
+    tree = _tree(CONTROL / "process.py")
+    wired = [f"{node.lineno}: {ast.unparse(target)}" for node in ast.walk(tree)
+             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+             for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+             if isinstance(target, ast.Attribute) and ast.unparse(target.value) != "self"]
+    assert wired == []
 
 
 def test_no_reconciler_or_handler_sets_an_attribute_of_the_context():
@@ -69,13 +81,14 @@ def test_the_memory_a_phase_is_given_cannot_be_changed_in_place():
 
 
 async def test_the_runtime_hands_the_context_everything_when_it_is_made(kube):
-    failures = {"peering-b": ("TokenExchangeMisconfigured", "the connector is wrong")}
+    failures = ExchangeFailures()
+    failures.record("peering-b", ("TokenExchangeMisconfigured", "the connector is wrong"))
     made: list[Context] = []
 
     def factory(ctx: Context):
         # What a reconciler factory sees is complete already: the controller, the exchange failures, the memory.
         made.append(ctx)
-        assert ctx.controller is not None and ctx.exchange_failures() == failures
+        assert ctx.controller is not None and ctx.exchange_failures() == failures.by_connector
         assert ctx.peer_memory is ctx.peer_memory
 
         class Nothing:
@@ -86,7 +99,7 @@ async def test_the_runtime_hands_the_context_everything_when_it_is_made(kube):
         return Nothing()
 
     runtime = Runtime(Settings(public_domain_template="%s.t.lab"), kube, Sink(), reconcilers=(factory,),
-                      clock=FakeClock(), exchange_failures=lambda: failures)
+                      clock=FakeClock(), exchange_failures=failures)
     try:
         assert made == [runtime.ctx] and runtime.ctx.controller is runtime.controller
         assert [runner.reconciler.name for runner in runtime.controller.runners] == ["nothing"]

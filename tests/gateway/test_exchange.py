@@ -55,3 +55,16 @@ def test_exchange_failures_keep_the_last_per_connector_and_say_when_it_changed()
     assert failures.by_connector == {"peering-a": ("TokenExchangeRefused", "no")}
     assert failures.record("peering-a", None) is True and failures.by_connector == {}
     assert failures.record("peering-a", None) is False
+
+
+def test_exchange_failures_tell_their_subscribers_each_change_and_nothing_else():
+    failures, told = ExchangeFailures(), []
+    unsubscribe = failures.subscribe(told.append)
+    failures.record("peering-a", ("TokenExchangeRefused", "no"))
+    failures.record("peering-a", ("TokenExchangeRefused", "no"))
+    failures.record("peering-b", None)
+    failures.record("peering-a", None)
+    assert told == ["peering-a", "peering-a"]
+    unsubscribe()
+    failures.record("peering-a", ("DexUnreachable", "down"))
+    assert told == ["peering-a", "peering-a"]
