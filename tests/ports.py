@@ -29,10 +29,6 @@ def _bound(port: int = 0) -> socket.socket:
     return s
 
 
-def _hold(s: socket.socket) -> None:
-    _held.append(s)
-
-
 @atexit.register
 def _release() -> None:
     while _held:
@@ -42,7 +38,7 @@ def _release() -> None:
 def closed_port() -> int:
     """A loopback port that refuses every connection for the rest of the session."""
     s = _bound()
-    _hold(s)
+    _held.append(s)
     return s.getsockname()[1]
 
 
@@ -56,7 +52,7 @@ class ReservedPort:
 
     def __init__(self) -> None:
         hold = _bound()
-        _hold(hold)
+        _held.append(hold)
         self.port = hold.getsockname()[1]
 
     def listener(self) -> socket.socket:
