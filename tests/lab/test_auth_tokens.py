@@ -37,7 +37,7 @@ def clock() -> Clock:
 
 @pytest.fixture(scope="module")
 def issuer(clock) -> ServiceAccountIssuer:
-    # RSA key generation is the slow part: one issuer for the module, the clock reset by each test that moves it.
+    # One issuer for the module, the clock reset by each test that moves it.
     return ServiceAccountIssuer(ISSUER, clock=clock)
 
 
@@ -73,7 +73,7 @@ def test_issued_token_has_kube_apiserver_claims(issuer, clock):
     }
     assert claims["jti"]
     header = json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))
-    assert header == {"alg": "RS256", "kid": issuer.key_id}
+    assert header == {"alg": "ES256", "kid": issuer.key_id}
 
 
 def test_default_audience_is_the_issuer_url(issuer):
@@ -119,8 +119,8 @@ def test_token_of_another_issuer_key_is_refused(issuer, clock):
 def test_same_kid_with_another_key_fails_the_signature(issuer, clock):
     claims = _claims(issuer.issue("ns", "sa", "u", [], 600)[0])
     forged = jws.JWS(json.dumps(claims).encode())
-    forged.add_signature(jwk.JWK.generate(kty="RSA", size=2048), alg="RS256",
-                         protected=json.dumps({"alg": "RS256", "kid": issuer.key_id}))
+    forged.add_signature(jwk.JWK.generate(kty="EC", crv="P-256"), alg="ES256",
+                         protected=json.dumps({"alg": "ES256", "kid": issuer.key_id}))
     with pytest.raises(TokenInvalid, match="signature"):
         issuer.verify(forged.serialize(compact=True), None)
 
@@ -139,7 +139,7 @@ def test_tampered_payload_fails_the_signature(issuer):
 def test_alg_none_is_refused(issuer):
     claims = _claims(issuer.issue("ns", "sa", "u", [], 600)[0])
     unsigned = _b64({"alg": "none", "kid": issuer.key_id}) + "." + _b64(claims) + "."
-    with pytest.raises(TokenInvalid, match="RS256"):
+    with pytest.raises(TokenInvalid, match="ES256"):
         issuer.verify(unsigned, None)
 
 
@@ -149,7 +149,7 @@ def test_hmac_with_the_public_key_as_secret_is_refused(issuer):
     secret = jwk.JWK(kty="oct", k=base64.urlsafe_b64encode(public_pem).rstrip(b"=").decode())
     forged = jws.JWS(json.dumps(claims).encode())
     forged.add_signature(secret, alg="HS256", protected=json.dumps({"alg": "HS256", "kid": issuer.key_id}))
-    with pytest.raises(TokenInvalid, match="RS256"):
+    with pytest.raises(TokenInvalid, match="ES256"):
         issuer.verify(forged.serialize(compact=True), None)
 
 
@@ -193,7 +193,7 @@ def test_discovery_document_and_jwks_verify_tokens_independently(issuer):
     doc = issuer.discovery_document()
     assert doc["issuer"] == ISSUER
     assert doc["jwks_uri"] == ISSUER + "/openid/v1/jwks"
-    assert doc["id_token_signing_alg_values_supported"] == ["RS256"]
+    assert doc["id_token_signing_alg_values_supported"] == ["ES256"]
     keys = issuer.jwks()["keys"]
     assert len(keys) == 1 and keys[0]["kid"] == issuer.key_id and keys[0]["use"] == "sig"
     assert "d" not in keys[0] and "p" not in keys[0], "private key material must never be published"
