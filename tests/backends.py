@@ -105,11 +105,15 @@ def problems(items: list[dict], exceptions: dict[str, tuple[str, str]] = EXCEPTI
     return out
 
 
+def report(items) -> list[dict]:
+    """Each collected pytest item as the checks above read it: its node id, `file::test` and backend marks."""
+    return [{"nodeid": item.nodeid, "test": test_key(item.nodeid),
+             "emulator": item.get_closest_marker("emulator") is not None,
+             "real": item.get_closest_marker("real") is not None} for item in items]
+
+
 def pytest_collection_finish(session) -> None:
     path = os.environ.get(REPORT_ENV)
     if not path:
         return
-    items = [{"nodeid": item.nodeid, "test": test_key(item.nodeid),
-              "emulator": item.get_closest_marker("emulator") is not None,
-              "real": item.get_closest_marker("real") is not None} for item in session.items]
-    pathlib.Path(path).write_text(json.dumps(items))
+    pathlib.Path(path).write_text(json.dumps(report(session.items)))

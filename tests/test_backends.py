@@ -1,7 +1,9 @@
 """Every suite that talks to a lab cluster's API server runs on both backends, or is an exception named with its
 reason in tests/backends.py; no exception listed there is one no longer; and README.md states the share of the
-whole suite's tests that run on the real kube-apiserver. One `--collect-only` of tests/ in a subprocess, with
-tests/backends.py as a plugin reporting every test's marks."""
+whole suite's tests that run on the real kube-apiserver. The suite as this session collected it, when the session
+collected all of tests/ and deselected nothing (as `make test` runs it; each xdist worker collects it all too);
+otherwise one `--collect-only` of tests/ in a subprocess, with tests/backends.py as a plugin reporting every test's
+marks."""
 
 from __future__ import annotations
 
@@ -22,8 +24,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARE = re.compile(r"(\d+(?:\.\d+)?) % of the whole suite's tests run on the real kube-apiserver")
 
 
+def _collected_all(config) -> bool:
+    """Whether this session collected the whole of tests/ and kept every test."""
+    args = [pathlib.Path(a.split("::", 1)[0]).resolve() for a in config.args]
+    whole = args in ([ROOT], [ROOT / "tests"])
+    return whole and not config.getoption("keyword") and not config.getoption("markexpr") \
+        and not config.getoption("deselect") and not config.getoption("lf", False)
+
+
 @pytest.fixture(scope="module")
-def collected(tmp_path_factory) -> list[dict]:
+def collected(request, tmp_path_factory) -> list[dict]:
+    if _collected_all(request.config):
+        items = backends.report(request.session.items)
+        assert len(items) > 1000, f"only {len(items)} tests collected"
+        return items
     report = tmp_path_factory.mktemp("backends") / "items.json"
     cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "tests.backends"]
     if importlib.util.find_spec("xdist") is not None:
