@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from lab import certs
 from lab.real import build as builder
-from lab.real.process import (POLL_INTERVAL, PROXY_VARS, START_TIMEOUT, STOP_TIMEOUT, Process, StartError, free_port,
+from lab.real.process import (POLL_INTERVAL, START_TIMEOUT, STOP_TIMEOUT, Process, StartError, free_port, go_env,
                               get_ok_blocking, tail, write)
 from lab.real.proxy import parse_map
 from lab.real.seeding import Seeding
@@ -213,7 +213,7 @@ class RealControlPlane(Seeding):
         await self.stop()
 
     def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARS}
+        env = go_env(dict(os.environ))
         if "proxy" in self.ports:
             # Go never proxies loopback addresses (etcd, the controller manager's own calls): only the names.
             env["HTTPS_PROXY"] = f"http://127.0.0.1:{self.ports['proxy']}"

@@ -25,13 +25,13 @@ import yaml
 
 from lab import certs
 from lab.real import build as builder
-from lab.real.process import POLL_INTERVAL, STOP_TIMEOUT, Process, StartError, free_port, get_ok_blocking, tail, write
+from lab.real.process import (POLL_INTERVAL, STOP_TIMEOUT, Process, StartError, free_port, get_ok_blocking, go_env, tail,
+                              write)
 
 START_TIMEOUT = 30.0
 START_ATTEMPTS = 3
 # Set here, whatever `config` says: where Dex listens and keeps its state is the runner's business.
 _OWNED_KEYS = ("issuer", "storage", "web", "logger")
-_PROXY_VARS = {"http_proxy", "https_proxy", "no_proxy", "all_proxy"}
 
 
 class UpstreamDex:
@@ -75,7 +75,7 @@ class UpstreamDex:
         write(self.dir / "tls.crt", self._serving.cert_pem, 0o644)
         write(self.dir / "tls.key", self._serving.key_pem)
         ctx = certs.client_ssl_context(self._ca_pem)
-        env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS}
+        env = go_env(dict(os.environ))
         deadline = time.monotonic() + timeout
         for attempt in range(1, START_ATTEMPTS + 1):
             self.port = free_port()

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from lab.real import build as builder
 from lab.real import config, proxy
+from lab.real.process import GO_GC_PERCENT, go_env
 from lab.cluster import Replica
 from lab.real.documents import load_documents, strip_schema_keys
 from lab.workload import exit_code, pod_state, pod_status
@@ -89,6 +90,12 @@ def test_the_command_lines_bind_loopback_and_say_what_deckhouse_says(tmp_path):
 
 
 # --- the CRDs as a stock kube-apiserver takes them ---
+
+def test_go_components_get_the_labs_collector_setting_and_no_proxy_of_the_caller():
+    env = go_env({"PATH": "/bin", "HTTPS_PROXY": "http://elsewhere:3128", "no_proxy": "x", "All_Proxy": "y"})
+    assert env == {"PATH": "/bin", "GOGC": GO_GC_PERCENT}
+    assert go_env({"GOGC": "100"})["GOGC"] == "100", "the caller's own GOGC wins"
+
 
 def test_stripping_finds_every_sensitive_marker_of_the_chart():
     crds = [d for d in load_documents([CHART_CRDS]) if d.get("kind") == "CustomResourceDefinition"]
