@@ -50,6 +50,11 @@ class PeerMemory:
     #: The note of the Event of a renewal after an outage (our certificate had expired), until it is recorded
     #: (the pass that renewed may end before its Events, a status write meeting a newer object).
     outage_note: str = ""
+    #: Our client certificate as a pass of this process last found it expired (the peer away longer than it
+    #: lasted), and whether the note of the renewal after that outage was made: one Event per outage, however many
+    #: passes (or caches behind a write) see the expired certificate.
+    outage_cert: str = ""
+    outage_noted: bool = False
 
     def learnt(self, **changes) -> "PeerMemory":
         """This memory with what a phase learnt."""

@@ -58,12 +58,11 @@ class SyncOutcome:
 
 @dataclass(frozen=True)
 class Renewal:
-    """What `_renew` did: the values after it, its failure (None once renewed or when none is due), the
-    certificate to fall back on while the peer learns the new one, and an outage's note."""
+    """What `_renew` did: the values after it, its failure (None once renewed or when none is due), and the
+    certificate to fall back on while the peer learns the new one."""
     values: PeerCredentials
     error: tuple[str, str] | None
     previous: str
-    outage_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,6 +131,23 @@ def _expired_at(cert_pem: str, now):
     return end if end < now else None
 
 
+def _outage(obs: Observed, mem: PeerMemory, held: PeerCredentials, client_cert: str) -> PeerMemory:
+    """`mem` with the outage this pass saw: our client certificate as the pass found it (`held`) had expired (the
+    peer was away longer than it lasted), and `client_cert` is what the Secret holds after the renewal. The note of
+    its one Event is made once a certificate in force replaced the expired one, whoever stored it: our renewal, or
+    the peer's delivery of the very certificate it answered that renewal with (a joiner back from a restart
+    delivers what it issued last), which may reach our handlers before this pass stores the answer."""
+    if _expired_at(held.client_cert, obs.now) is not None and held.client_cert != mem.outage_cert:
+        mem = mem.learnt(outage_cert=held.client_cert, outage_noted=False)
+    expired = mem.outage_cert
+    if not expired or mem.outage_noted or client_cert == expired or not _in_force(client_cert, obs.now):
+        return mem
+    # Before the pull of this pass moves it: the last successful sync is when the outage began.
+    contact = renewal.last_contact(mem.last_sync, obs.status, _issue_times(expired, held.issued))
+    note = renewal.outage_note(contact, obs.now, pki.not_after(expired), pki.not_after(client_cert))
+    return mem.learnt(outage_noted=True, outage_note=note)
+
+
 class Syncer:
     def __init__(self, kube: KubeSession, client: PeerClient, memory: Memory, clock: Clock, *,
                  namespace: str, admits: Callable[[str, str], bool] = lambda clusterpeer, cert_pem: True,
@@ -151,10 +167,11 @@ class Syncer:
 
     async def sync(self, obs: Observed, mem: PeerMemory, values: PeerCredentials, peer: dict | None, *,
                    just_joined: bool) -> SyncOutcome:
+        held = values
         renewed = await self._renew(obs, mem, values)
         values = renewed.values
-        mem = mem.learnt(renew_error=renewed.error, previous_client_cert=renewed.previous,
-                         outage_note=renewed.outage_note or mem.outage_note)
+        mem = _outage(obs, mem.learnt(renew_error=renewed.error, previous_client_cert=renewed.previous), held,
+                      values.client_cert)
         undelivered = self._undelivered(obs, mem, values)
         if mem.renew_error is not None and not _in_force(values.client_cert, obs.now):
             # Our certificate admits nothing but its renewal at the peer: the renewal's failure is the sync's, and
@@ -273,15 +290,9 @@ class Syncer:
             # An earlier pass stored it already (this one read a cache behind that write, and the peer answered
             # the same certificate again): nothing was renewed now.
             return Renewal(written, None, previous)
-        expired_at = _expired_at(held, obs.now)
-        note = ""
-        if expired_at is not None:
-            # Read before the pull of this pass moves it: the last successful sync is when the outage began.
-            contact = renewal.last_contact(mem.last_sync, obs.status, _issue_times(held, values.issued))
-            note = renewal.outage_note(contact, obs.now, expired_at, pki.not_after(cert))
         log.info("client certificate renewed", extra={"clusterpeer": obs.key,
-                                                      "after_outage": expired_at is not None})
-        return Renewal(written, None, held, note)
+                                                      "after_outage": _expired_at(held, obs.now) is not None})
+        return Renewal(written, None, held)
 
     def _pull_failed(self, mem: PeerMemory, error: tuple[str, str]) -> PeerMemory:
         """`mem` after a failed pull (or a renewal failing in its stead): the failure, and the backoff's next try."""

@@ -258,3 +258,41 @@ async def test_an_outage_longer_than_every_certificate_ends_by_itself(pair, days
     for side in "ab":
         assert await pair.writes(side) == 0
         assert pair.client_cert(side) == renewed[side]
+
+
+class _PeerPassAfterRenewal:
+    """A's client to the peer, with one interleaving: the peer's pass runs after the peer answered a's renewal and
+    before a stores the answer. A joiner back from a restart delivers the certificate it issued last, which is the
+    one that answer carries: a's handlers store it first."""
+
+    def __init__(self, client, peer_pass) -> None:
+        self.client, self.peer_pass, self.crossed = client, peer_pass, 0
+
+    async def call(self, entrance, op, **kwargs):
+        answer = await self.client.call(entrance, op, **kwargs)
+        if op == "certificate" and answer.ok and not self.crossed:
+            self.crossed += 1
+            await self.peer_pass()
+        return answer
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+async def test_the_renewal_after_an_outage_is_told_once_when_the_peers_delivery_of_it_lands_first(pair):
+    held = pair.client_cert("a")
+    await pair.down("b")
+    pair.clock.advance(3 * DAY)
+    await pair.passes("a")
+    assert "expired meanwhile" in pair.ready("a")["message"]
+    await pair.up("b")
+    syncer = pair.worlds["a"].reconcilers["clusterpeer"].syncer
+    syncer.client = _PeerPassAfterRenewal(syncer.client, lambda: pair.passes("b"))
+    await pair.passes("a")
+    assert syncer.client.crossed == 1
+    renewed = pair.client_cert("a")
+    assert renewed != held and pki.valid_at(renewed, pair.clock.now())
+    await pair.passes("a", "b", "a")
+    (note,) = [n for n in await pair.renewal_events("a") if "after an outage" in n]
+    assert "away for 3d" in note and "the last successful sync" in note
+    assert (pair.ready("a")["reason"], pair.ready("a")["status"]) == ("PeeringReady", "True")
