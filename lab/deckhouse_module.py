@@ -30,7 +30,7 @@ class SettingsError(ValueError):
 
 
 def _load_yaml(path: pathlib.Path) -> dict:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
 
 
 def config_schema(module_dir: pathlib.Path = MODULE_DIR) -> dict:
@@ -218,7 +218,7 @@ def render(values: dict, module_dir: pathlib.Path = MODULE_DIR, chart: Any = Non
     manifests = chart.render(values, name=MODULE_NAME, namespace=NAMESPACE, is_install=True)
     objects: list[dict] = []
     for path in sorted(manifests):
-        for doc in yaml.safe_load_all(manifests[path]):
+        for doc in yaml.load_all(manifests[path], Loader=yaml.CSafeLoader):
             if isinstance(doc, dict) and doc:
                 objects.append(doc)
     return objects
@@ -230,5 +230,5 @@ def crds(module_dir: pathlib.Path = MODULE_DIR) -> list[dict]:
     for path in sorted((module_dir / "crds").glob("*.yaml")):
         if path.name.startswith("doc-ru-"):
             continue
-        out.extend(d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
+        out.extend(d for d in yaml.load_all(path.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader) if d)
     return out

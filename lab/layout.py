@@ -66,7 +66,7 @@ def crd_documents() -> dict[str, dict]:
     """Every CRD a lab cluster knows, by name: the lab's (lab/apiserver/crds/), then the module's."""
     docs: dict[str, dict] = {}
     for path in sorted(LAB_CRDS.glob("*.yaml")) + sorted(MODULE_CRDS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader):
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                 docs[doc["metadata"]["name"]] = doc
     return docs

@@ -194,7 +194,7 @@ def load_yaml_documents(path: pathlib.Path) -> list[dict]:
     out = []
     for f in files:
         with open(f, encoding="utf-8") as fh:
-            out += [d for d in yaml.safe_load_all(fh) if d]
+            out += [d for d in yaml.load_all(fh, Loader=yaml.CSafeLoader) if d]
     return out
 
 

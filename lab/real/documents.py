@@ -26,7 +26,7 @@ def load_documents(sources: Iterable[os.PathLike | str | Mapping]) -> list[dict]
         if not files:
             raise ApplyError(f"{path} holds no *.yaml files")
         for file in files:
-            docs += [d for d in yaml.safe_load_all(file.read_text()) if d]
+            docs += [d for d in yaml.load_all(file.read_text(), Loader=yaml.CSafeLoader) if d]
     return docs
 
 
