@@ -256,9 +256,8 @@ def server_context(cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes | None)
 def client_context(ca_pem: bytes | None, cert_pem: bytes | None = None, key_pem: bytes | None = None
                    ) -> ssl.SSLContext:
     """A client context trusting `ca_pem` only (the system store when None), with an optional client cert."""
+    # Without cadata, create_default_context loads the system store itself.
     ctx = ssl.create_default_context(cadata=ca_pem.decode() if ca_pem else None)
-    if ca_pem is None:
-        ctx.load_default_certs()
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.sslobject_class = LeanSSLObject
     if cert_pem and key_pem:

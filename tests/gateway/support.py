@@ -335,7 +335,8 @@ async def started_pool(pki, issuer_key, upstream, dex, handlers, *, workers: int
 
 
 def client_ssl(pki, cert: str | None = "peer") -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
+    """A client trusting the test CA only (not the system's store too), as a peer's client trusts one CA."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     pki["ca"].configure_trust(ctx)
     if cert is not None:
         pki[cert].configure_cert(ctx)
