@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import ssl
+import sys
 import urllib.parse
 from typing import Any, AsyncIterator, Callable
 
@@ -35,6 +36,11 @@ API_WRITES = prometheus_client.Counter(
     "peering_api_writes", "Writes the process made to the Kubernetes API.", ["verb", "resource"])
 API_REQUESTS = prometheus_client.Counter(
     "peering_api_requests", "Requests the process made to the Kubernetes API, by answer code.", ["verb", "code"])
+
+# Before CPython 3.12.8 (python/cpython#118960) a TLS connection whose close waits for the peer's close_notify
+# (a watch given up, its response unread) can outlive its session: aiohttp then aborts it when the session closes
+# (and any still closing 2 s after it was closed), so that no connection is left behind the session.
+_SSL_CLOSE_LEAKS = (3, 13, 0) <= sys.version_info < (3, 13, 1) or sys.version_info < (3, 12, 8)
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -174,7 +180,8 @@ class KubeSession:
         old = self.api_client.rest_client.pool_manager
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=_ssl_context(configuration), resolver=resolver,
-                                           limit=configuration.connection_pool_maxsize or 100),
+                                           limit=configuration.connection_pool_maxsize or 100,
+                                           enable_cleanup_closed=_SSL_CLOSE_LEAKS),
             read_bufsize=2**21)
         self.api_client.rest_client.pool_manager = self.session
         self._old_session = old

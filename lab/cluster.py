@@ -34,7 +34,6 @@ import json
 import os
 import pathlib
 import secrets
-import shutil
 import uuid
 from typing import Any, Callable, Mapping
 
@@ -78,7 +77,8 @@ class LabCluster(Replicas, ClusterFiles):
 
     def __init__(self, name: str, dir: os.PathLike | str, *, peering_command: PeeringCommand | None = default_peering_command,
                  ready_timeout: float = READY_TIMEOUT, without_crds=(), apiserver: str = "emulator",
-                 api_front: bool = False, replicas: int = 1, module_enabled: bool = True) -> None:
+                 api_front: bool = False, replicas: int = 1, module_enabled: bool = True,
+                 planes: Any = None) -> None:
         check_cluster_name(name)
         self.apiserver = check_apiserver(apiserver)
         # On the real backend: the peering process reaches kube-apiserver through lab/apifront.py, so that a test
@@ -108,6 +108,9 @@ class LabCluster(Replicas, ClusterFiles):
         self.api: Any = None
         # The real backend's processes (lab.real.RealControlPlane); None on the emulator.
         self.control_plane: Any = None
+        # On the real backend: where a control plane is taken from and given back to (lab/real/pool.py
+        # `PlanePool`), or None for a plane of this cluster's own, stopped with it.
+        self.planes = planes
         self.dex: Dex | None = None
         self.userauthn: UserAuthn | None = None
         self.ingress: Ingress | None = None
@@ -193,9 +196,9 @@ class LabCluster(Replicas, ClusterFiles):
         self.api.add_oidc(self._dex_authenticator())
         await self.seed()
 
-    async def _start_dex(self) -> None:
+    async def _start_dex(self, signing_key: Any = None) -> None:
         # Its clients are user-authn's to make (lab/userauthn_module.py), once the module manager runs.
-        self.dex = Dex(self.dex_issuer, certs.server_ssl_context(self.pki.dex))
+        self.dex = Dex(self.dex_issuer, certs.server_ssl_context(self.pki.dex), signing_key=signing_key)
         await self.dex.start()
 
     async def _start_balancers(self) -> None:
@@ -212,18 +215,18 @@ class LabCluster(Replicas, ClusterFiles):
         its discovery document at start and retries only every 10 s), the lab's CRDs through the real validation
         (Deckhouse's x-kubernetes-sensitive-data stripped: a stock kube-apiserver refuses it), then the seed."""
         from lab.real.api import HttpApi
-        from lab.real import JWTIssuer, RealControlPlane
+        from lab.real.pool import acquire_plane
 
-        await self._start_dex()
-        # A lab cluster starts new each time: nothing of an earlier run in the same directory (etcd's data, the
-        # ServiceAccount key) is kept, as the emulator keeps nothing.
-        await asyncio.to_thread(shutil.rmtree, self.path("control-plane"), True)
-        self.control_plane = RealControlPlane(
-            self.name, self.path("control-plane"), pki=self.pki,
-            jwt_issuer=JWTIssuer(self.dex_issuer, self.pki.public_ca.cert_pem),
-            resolve={certs.dex_host(self.name): f"127.0.0.1:{self.dex.port}"})
         docs = crd_documents()
-        await self.control_plane.start(crds=[doc for name, doc in docs.items() if name not in self.without_crds])
+
+        async def start_dex(pki: Any, signing_key: Any) -> Dex:
+            self.pki = pki
+            await self._start_dex(signing_key)
+            return self.dex
+        self.control_plane = await acquire_plane(
+            self.planes, self.name, self.path("control-plane"), pki=self.pki, dex_issuer=self.dex_issuer,
+            start_dex=start_dex, crds=[doc for name, doc in docs.items() if name not in self.without_crds],
+            without_crds=self.without_crds)
         self.api = HttpApi(self.name, self.control_plane.admin_kubeconfig, crd_documents=docs)
         if self.api_front:
             from lab.apifront import ApiFront
@@ -324,9 +327,12 @@ class LabCluster(Replicas, ClusterFiles):
             if part is not None:
                 await part.stop()
         if self.control_plane is not None:
-            await self.control_plane.stop()
             if self.api is not None:
                 self.api.close()
+            from lab.real.pool import release_plane
+
+            plane, self.control_plane = self.control_plane, None
+            await release_plane(self.planes, plane)
         elif self.api is not None:
             await self.api.stop()
         if self.dex is not None:
@@ -382,13 +388,16 @@ class Lab:
 
     def __init__(self, dir: os.PathLike | str, names: list[str], *, peering_command: PeeringCommand | None = default_peering_command,
                  ready_timeout: float = READY_TIMEOUT, without_crds=(), apiserver: str = "emulator",
-                 api_front: bool = False, replicas: int = 1, module_enabled: bool = True) -> None:
+                 api_front: bool = False, replicas: int = 1, module_enabled: bool = True,
+                 planes: Any = None) -> None:
         """without_crds: CRD names every cluster starts without, or a mapping of cluster name to such names.
         apiserver: "emulator" (in this process) or "real" (etcd, kube-apiserver, kube-controller-manager).
         api_front: on the real backend, the peering processes reach kube-apiserver through lab/apifront.py.
         replicas: peering processes per cluster, behind its ingress and passthroughs (the chart runs 2).
         module_enabled: False starts every cluster without ModuleConfig peering: the module is enabled as the guide
-        says, with a ModuleConfig (lab/module_manager.py)."""
+        says, with a ModuleConfig (lab/module_manager.py).
+        planes: on the real backend, a lab/real/pool.py `PlanePool` the clusters take their control planes from
+        and give them back to; None: each starts its own and stops it."""
         check_apiserver(apiserver)
         self.apiserver = apiserver
         self.replicas = replicas
@@ -404,7 +413,7 @@ class Lab:
         self.dir = pathlib.Path(dir)
         self.clusters = {n: LabCluster(n, self.dir, peering_command=peering_command, ready_timeout=ready_timeout,
                                        without_crds=per_cluster[n], apiserver=apiserver, api_front=api_front,
-                                       replicas=replicas, module_enabled=module_enabled)
+                                       replicas=replicas, module_enabled=module_enabled, planes=planes)
                          for n in names}
 
     def __getitem__(self, name: str) -> LabCluster:

@@ -201,7 +201,8 @@ class Dex:
     time through the attribute of the same name."""
 
     def __init__(self, issuer: str, ssl_context: ssl.SSLContext | None = None, *,
-                 id_tokens_valid_for: float = DEFAULT_ID_TOKENS_VALID_FOR) -> None:
+                 id_tokens_valid_for: float = DEFAULT_ID_TOKENS_VALID_FOR,
+                 signing_key: tuple[jwk.JWK, float] | None = None) -> None:
         if id_tokens_valid_for <= 0:
             raise ValueError(f"id_tokens_valid_for must be a positive number of seconds, got {id_tokens_valid_for!r}")
         # The issuer exactly as configured (Deckhouse's ends with a slash: https://dex.<domain>/); it is the `iss`
@@ -212,8 +213,10 @@ class Dex:
         self.id_tokens_valid_for = float(id_tokens_valid_for)
         self._prefix = urllib.parse.urlsplit(self._base).path
         self._ssl = ssl_context
-        self._key = jwk.JWK.generate(kty="RSA", size=2048, kid=secrets.token_hex(20), use="sig", alg="RS256")
-        self._key_made = time.time()
+        # The signing key and when it was made: a new one, or an earlier Dex's of this issuer (`signing_key`), as
+        # a restarted Dex reads it back from its storage; a kube-apiserver that cached the keys then still has it.
+        self._key, self._key_made = signing_key or (
+            jwk.JWK.generate(kty="RSA", size=2048, kid=secrets.token_hex(20), use="sig", alg="RS256"), time.time())
         self.clients: dict[str, Client] = {}
         self.connectors: dict[str, Connector] = {}
         self.exchange_calls = 0  # every token-exchange request, answered or refused
@@ -232,6 +235,11 @@ class Dex:
 
     def remove_connector(self, connector_id: str) -> None:
         self.connectors.pop(connector_id, None)
+
+    @property
+    def signing_key(self) -> tuple[jwk.JWK, float]:
+        """The signing key and when it was made (`signing_key` of the next Dex of this issuer)."""
+        return self._key, self._key_made
 
     def jwks(self) -> dict:
         return {"keys": [self._key.export_public(as_dict=True)]}

@@ -37,7 +37,6 @@ from typing import Any, AsyncIterator, Iterable, Iterator
 
 from lab.cluster import (APISERVERS, LAB_CRDS, READY_TIMEOUT, ROOT, Lab, PeeringCommand, check_apiserver,
                          crd_documents, default_peering_command)
-from lab.real.api import AGGREGATED
 
 KUBECTL = str(pathlib.Path(sys.executable).with_name("kubectl"))
 
@@ -47,17 +46,25 @@ async def lab_clusters(dir: pathlib.Path, names: list[str], *,
                        peering_command: PeeringCommand | None = default_peering_command,
                        ready_timeout: float = READY_TIMEOUT, without_crds=(),
                        apiserver: str = "emulator", api_front: bool = False,
-                       replicas: int = 1) -> AsyncIterator[Lab]:
+                       replicas: int = 1, keep_planes: bool = True) -> AsyncIterator[Lab]:
     """Started clusters in this event loop; all stopped on exit, also when the body fails.
 
     replicas: peering processes per cluster (`cluster.replicas`), behind its ingress and passthroughs.
     without_crds: CRD names every cluster starts without, or {cluster: names} (see `Lab`).
     apiserver: "emulator" or "real" (see `apiserver_backends`); api_front: on the real backend, the peering
-    processes reach kube-apiserver through lab/apifront.py, so that `api.sa_issuer.jwks` can be replaced."""
+    processes reach kube-apiserver through lab/apifront.py, so that `api.sa_issuer.jwks` can be replaced.
+    keep_planes: on the real backend, the clusters take control planes an earlier lab of this process left and
+    leave theirs, emptied, to the next (lab/real/pool.py; PEERING_LAB_KEEP_PLANES=0 turns it off); False: planes
+    of their own, stopped on exit."""
+    planes = None
     if apiserver == "real":
         real_binaries_or_skip()
+        if keep_planes:
+            from lab.real import pool
+
+            planes = pool.shared()
     lab = Lab(dir, names, peering_command=peering_command, ready_timeout=ready_timeout, without_crds=without_crds,
-              apiserver=apiserver, api_front=api_front, replicas=replicas)
+              apiserver=apiserver, api_front=api_front, replicas=replicas, planes=planes)
     await lab.start()
     try:
         yield lab
@@ -82,7 +89,7 @@ class RealApiserverAlone:
         self.plane = RealControlPlane(name, pathlib.Path(dir) / "control-plane", binaries=real_binaries_or_skip())
         self.crd_paths = [*sorted(LAB_CRDS.glob("*.yaml")), *(pathlib.Path(p) for p in crd_paths)]
         self.api: Any = None
-        self._baseline: set[str] = set()
+        self._baseline: Any = None
 
     @property
     def kubeconfig(self) -> pathlib.Path:
@@ -105,69 +112,16 @@ class RealApiserverAlone:
             self.api.close()
             asyncio.run(self.plane.stop())
 
-    def _collections(self) -> list[str]:
-        """The path of every collection that can be listed and deleted from, cluster-wide."""
-        out = []
-        for root in ("/api", "/apis"):
-            doc = self.api.request("GET", root, accept=AGGREGATED)
-            for group in doc.get("items") or []:
-                name = (group.get("metadata") or {}).get("name", "")
-                for version in (group.get("versions") or [])[:1]:
-                    prefix = f"/apis/{name}/{version['version']}" if name else f"/api/{version['version']}"
-                    out += [f"{prefix}/{r['resource']}" for r in version.get("resources") or []
-                            if {"list", "delete"} <= set(r.get("verbs") or [])]
-        return out
-
-    def objects(self) -> dict[str, dict]:
-        """Every object there is, by uid."""
-        found: dict[str, dict] = {}
-        for path in self._collections():
-            for obj in self.api.request("GET", path).get("items") or []:
-                meta = obj.get("metadata") or {}
-                where = f"{path.rsplit('/', 1)[0]}/namespaces/{meta['namespace']}/{path.rsplit('/', 1)[1]}" \
-                    if meta.get("namespace") else path
-                found[meta["uid"]] = {"path": f"{where}/{meta['name']}", "finalizers": bool(meta.get("finalizers"))}
-        return found
-
     def baseline(self) -> None:
         """What exists now is what `reset()` keeps."""
-        self._baseline = set(self.objects())
+        from lab.real.baseline import Baseline
+
+        self._baseline = Baseline.of(self.api)
 
     async def reset(self, timeout: float = 60.0) -> None:
         """Delete every object made since `baseline()` (finalizers taken off first, namespaces emptied by
         kube-controller-manager) and return once they are all gone."""
-        from lab.apiserver.errors import ApiError
-
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            try:
-                now = await asyncio.to_thread(self.objects)
-            except ApiError as e:
-                # Right after kube-apiserver restarted, a whole list is 429 until that resource's watch cache is
-                # filled again.
-                if e.code != 429 or loop.time() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
-                continue
-            made = {uid: o for uid, o in now.items() if uid not in self._baseline}
-            if not made:
-                return
-            if loop.time() > deadline:
-                raise TimeoutError(f"{len(made)} objects are still there {timeout:.0f} s after they were deleted: "
-                                   + ", ".join(sorted(o["path"] for o in made.values())[:10]))
-            for o in made.values():
-                try:
-                    if o["finalizers"]:
-                        await asyncio.to_thread(self.api.request, "PATCH", o["path"], {"metadata": {"finalizers": None}},
-                                                content_type="application/merge-patch+json")
-                    await asyncio.to_thread(self.api.request, "DELETE", o["path"], {
-                        "apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"})
-                except ApiError as e:
-                    if e.code not in (404, 409):
-                        raise
-            # Bounded poll: a namespace goes once kube-controller-manager has emptied it, which says nothing.
-            await asyncio.sleep(0.1)
+        await self._baseline.reset(self.api, timeout)
 
 
 @dataclass

@@ -149,10 +149,19 @@ class HttpApi:
         self.loop.close()
 
     def close(self) -> None:
+        """Ends what still reads on the client's loop (a watch whose caller stopped reading is cancelled by then,
+        but its task may not have run yet), then the session and the loop: no connection is left open behind."""
         if self.loop.is_closed():
             return
+
+        async def shutdown() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.kube.close()
         try:
-            self.call(self.kube.close())
+            self.call(shutdown())
         finally:
             self.stop_loop()
 

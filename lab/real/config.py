@@ -143,6 +143,8 @@ class Files:
     # the CONNECT proxy
     @property
     def proxy_port(self) -> pathlib.Path: return self._p("proxy", "port")
+    @property
+    def proxy_routes(self) -> pathlib.Path: return self._p("proxy", "routes")
     # logs and pids
     def log(self, component: str) -> pathlib.Path: return self._p(f"{component}.log")
     @property

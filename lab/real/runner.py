@@ -40,7 +40,7 @@ from lab import certs
 from lab.real import build as builder
 from lab.real.process import (POLL_INTERVAL, START_TIMEOUT, STOP_TIMEOUT, Process, StartError, free_port, go_env,
                               get_ok_blocking, tail, write)
-from lab.real.proxy import parse_map
+from lab.real.proxy import parse_map, write_routes
 from lab.real.seeding import Seeding
 from lab.real.config import (
     Files, JWTIssuer, apiserver_args, authentication_configuration, controller_manager_args, etcd_args,
@@ -189,6 +189,15 @@ class RealControlPlane(Seeding):
         await self._wait(new, self._apiserver_ready, time.monotonic() + timeout)
         self._write_pids()
 
+    def route(self, host: str, target: str) -> None:
+        """From now on kube-apiserver reaches `host` (a name of `resolve`) at `target` (127.0.0.1:PORT): the next
+        CONNECT through the proxy goes there, without a restart (a kept plane and the next cluster's Dex)."""
+        if host not in self.resolve:
+            raise ValueError(f"{host!r} is not a name this control plane resolves ({', '.join(sorted(self.resolve))})")
+        parse_map([f"{host}={target}"])
+        self.resolve[host] = target
+        write_routes(self.files.proxy_routes, self.resolve)
+
     async def wait_ready(self, timeout: float = 60.0) -> None:
         """Poll kube-apiserver's /readyz (as the admin) until it answers 200; StartError after `timeout` seconds
         or at once if kube-apiserver is not running."""
@@ -227,10 +236,9 @@ class RealControlPlane(Seeding):
 
     async def _start_proxy(self, deadline: float) -> None:
         self.files.proxy_port.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "lab.real.proxy", "--port-file", str(self.files.proxy_port)]
-        for host, target in sorted(self.resolve.items()):
-            argv += ["--map", f"{host}={target}"]
-        proc = self._spawn("proxy", argv)
+        write_routes(self.files.proxy_routes, self.resolve)
+        proc = self._spawn("proxy", [sys.executable, "-m", "lab.real.proxy", "--port-file", str(self.files.proxy_port),
+                                     "--routes-file", str(self.files.proxy_routes)])
 
         async def ready() -> bool:
             try:

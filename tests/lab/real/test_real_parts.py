@@ -164,6 +164,35 @@ async def test_the_proxy_refuses_names_it_does_not_know(connect_proxy):
             assert r.status == 405 and "only CONNECT" in await r.text()
 
 
+async def test_a_routes_file_is_read_again_before_the_next_connect_once_it_changed(tls_backend, tmp_path):
+    port, ca = tls_backend
+    routes = tmp_path / "routes"
+    proxy.write_routes(routes, {"dex.a.lab": "127.0.0.1:1"})
+    p = proxy.ConnectProxy({}, routes)
+    server = await asyncio.start_server(p.handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    ctx = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
+    # A connection per request: each one a CONNECT.
+    async with server, aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+        # Port 1 answers nothing: 502 naming the target.
+        with pytest.raises(aiohttp.ClientHttpProxyError) as e:
+            async with s.get("https://dex.a.lab/", proxy=url, ssl=ctx):
+                pass
+        assert e.value.status == 502
+        # The file rewritten (a plane kept for the next cluster's Dex): the next CONNECT goes to the new target.
+        proxy.write_routes(routes, {"dex.a.lab": f"127.0.0.1:{port}"})
+        async with s.get("https://dex.a.lab/keys", proxy=url, ssl=ctx) as r:
+            assert r.status == 200 and (await r.json())["path"] == "/keys"
+        # A file that no longer parses refuses the CONNECT with the reason, and keeps nothing of what it says.
+        routes.write_text("dex.a.lab=10.0.0.1:443\n")
+        with pytest.raises(aiohttp.ClientHttpProxyError) as e:
+            async with s.get("https://dex.a.lab/", proxy=url, ssl=ctx):
+                pass
+        assert e.value.status == 502
+    with pytest.raises(ValueError, match="loopback only"):
+        proxy.write_routes(routes, {"dex.a.lab": "10.0.0.1:443"})
+
+
 def test_the_proxy_command_writes_its_port_and_stops_on_sigterm(tmp_path):
     import time
 
