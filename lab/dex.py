@@ -76,6 +76,9 @@ ADVERTISED_GRANTS = ("authorization_code", "refresh_token", "urn:ietf:params:oau
                      GRANT_TOKEN_EXCHANGE)
 # user-authn's default idTokenTTL, which it passes to Dex as expiry.idTokens.
 DEFAULT_ID_TOKENS_VALID_FOR = 600.0
+# How long a stopping Dex waits for a client to answer its TLS close_notify before it aborts the connection.
+CLOSE_GRACE = 2.0
+
 # Dex's expiry.signingKeys default: /keys says to cache the keys until the next rotation, at least 2 minutes.
 SIGNING_KEYS_ROTATE_EVERY = 6 * 3600
 _KEYS_MIN_MAX_AGE = 120
@@ -192,6 +195,12 @@ async def _go_not_found(request: web.Request, handler) -> web.StreamResponse:
     except web.HTTPNotFound:
         return web.Response(body=b"404 page not found\n", status=404, headers={
             "Content-Type": "text/plain; charset=utf-8", "X-Content-Type-Options": "nosniff"})
+
+
+def _open(transport: asyncio.BaseTransport) -> bool:
+    """Whether a transport's socket is still open (a closing TLS transport's stays open until the peer answers)."""
+    sock = transport.get_extra_info("socket")
+    return sock is not None and sock.fileno() != -1
 
 
 class Dex:
@@ -364,10 +373,28 @@ class Dex:
         self.started.set()
 
     async def stop(self) -> None:
+        """Stop serving and return once every connection is closed. A client may hold one open (kube-apiserver
+        keeps its connection to its issuer, and outlives this Dex when its control plane is kept for the next
+        lab cluster): it is sent TLS close_notify and given CLOSE_GRACE seconds to answer, then aborted."""
         runner, self._runner = self._runner, None
         self.started.clear()
-        if runner is not None:
-            await runner.cleanup()
+        if runner is None:
+            return
+        for site in list(runner.sites):
+            await site.stop()
+        transports = [h.transport for h in (runner.server.connections if runner.server is not None else [])
+                      if h.transport is not None]
+        await runner.cleanup()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CLOSE_GRACE
+        # Bounded poll: a closing TLS connection says nothing when the peer's close_notify came.
+        while any(map(_open, transports)) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        left = [t for t in transports if _open(t)]
+        for transport in left:
+            transport.abort()
+        if left:
+            await asyncio.sleep(0)  # the aborted sockets close in the loop's next round
 
     @property
     def running(self) -> bool:

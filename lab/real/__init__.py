@@ -6,7 +6,8 @@ path: `build.promtool()` or `python -m lab.real paths`);
 `config.py` says how a Deckhouse control plane is configured where it matters to the module; `runner.py` runs
 one lab cluster's control plane on loopback (`RealControlPlane`), with `process.py` (its processes), `seeding.py`
 (server-side apply, CRDs, tokens) and `documents.py` (the YAML it is given); `proxy.py` lets kube-apiserver reach
-the lab's host names; `api.py` is `cluster.api` on this backend, over control/kube.py. See lab/README.md, "The
+the lab's host names; `pool.py` keeps control planes between the lab clusters of a process (`baseline.py` empties
+them); `api.py` is `cluster.api` on this backend, over control/kube.py. See lab/README.md, "The
 real backend".
 """
 

@@ -6,8 +6,12 @@ trusted), and the token lives idTokensValidFor, not until the subject token's ex
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
+import os
+import ssl
 import time
 from urllib.parse import quote_plus
 
@@ -428,3 +432,69 @@ async def test_an_issuer_with_a_trailing_slash_as_deckhouse_configures_it(pki, p
         assert verify_issued(d.jwks(), body["access_token"])["iss"] == "https://dex.t.lab/"
     finally:
         await d.stop()
+
+
+async def test_a_stopped_dex_has_closed_the_connections_its_clients_kept_open(pki):
+    """kube-apiserver keeps its connection to its issuer open, and outlives a Dex whose control plane is kept for
+    the next lab cluster: stop() returns once that connection is closed, not leaving it to the event loop's end."""
+    d = Dex("https://dex.t.lab", certs.server_ssl_context(pki.dex))
+    await d.start()
+    ctx = certs.client_ssl_context(pki.public_ca.cert_pem)
+    reader, writer = await asyncio.open_connection("127.0.0.1", d.port, ssl=ctx, server_hostname="dex.t.lab")
+    try:
+        writer.write(b"GET /.well-known/openid-configuration HTTP/1.1\r\nHost: dex.t.lab\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        await reader.readexactly(length)
+        # Kept alive; then Dex stops.
+        await d.stop()
+        assert not d.running
+        async with asyncio.timeout(5):
+            assert await reader.read() == b""
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await writer.wait_closed()
+
+
+async def test_a_client_that_never_answers_close_notify_is_aborted_before_stop_returns(pki, monkeypatch):
+    """Left to the event loop, such a connection stays open for asyncio's 30 s TLS shutdown timeout, or past the
+    loop's end (an unclosed transport)."""
+    import socket
+
+    import lab.dex
+
+    monkeypatch.setattr(lab.dex, "CLOSE_GRACE", 0.2)
+    d = Dex("https://dex.t.lab", certs.server_ssl_context(pki.dex))
+    await d.start()
+    ctx = certs.client_ssl_context(pki.public_ca.cert_pem)
+
+    def connect() -> ssl.SSLSocket:
+        tls = ctx.wrap_socket(socket.create_connection(("127.0.0.1", d.port), timeout=5), server_hostname="dex.t.lab")
+        tls.sendall(b"GET /keys HTTP/1.1\r\nHost: dex.t.lab\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+            data += tls.recv(65536)
+        return tls
+
+    tls = await asyncio.to_thread(connect)
+    try:
+        await d.stop()
+
+        def tcp_end() -> bytes:
+            # Past the TLS layer: the server's close_notify is read and not answered, then the socket's end.
+            plain = socket.socket(fileno=os.dup(tls.fileno()))
+            plain.settimeout(1.0)
+            try:
+                out = b""
+                while chunk := plain.recv(65536):
+                    out += chunk
+                return out
+            except ConnectionResetError:
+                return b"reset"
+            finally:
+                plain.close()
+        await asyncio.to_thread(tcp_end)  # returns, not socket.timeout: the server side is gone
+    finally:
+        tls.close()
