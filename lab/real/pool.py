@@ -43,7 +43,7 @@ from lab.real.baseline import Baseline
 log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 20.0
-MAX_KEPT = 4
+MAX_KEPT = 3
 RESET_TIMEOUT = 30.0
 KEEP_ENV = "PEERING_LAB_KEEP_PLANES"
 
