@@ -314,6 +314,10 @@ class Connection(PeerCalls, Uploading, asyncio.Protocol):
         if self.watch:
             self.state.metrics.watches.labels(self.listener.name, self.client.peer).inc()
 
+    def response_bytes(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
     def response_done(self) -> None:
         relay, self.relay = self.relay, None
         if self.upload is not None:

@@ -1,7 +1,8 @@
 """The engine's upstream side: pooled TLS connections to one upstream (kube-apiserver for the entrance, a peer's
-entrance for the egress, with our client certificate) whose answers are relayed to the client as bytes. The answer is followed by the data plane's one framer (`framing.ResponseFramer`,
-relaying): only the head is rewritten (`framing.relay_head`), the body goes as it came, and the framing decides
-when both connections are free for the next request."""
+entrance for the egress, with our client certificate) whose answers are relayed to the client as bytes. The answer
+is followed by the data plane's one framer (`framing.ResponseFramer`, relaying): only the head is rewritten
+(`framing.relay_head`), the body goes as it came, to the connection that owns the exchange (which alone writes to
+its client), and the framing decides when both connections are free for the next request."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from gateway.upstream import CERTIFICATE_REFUSED, PooledIdle, TLSPool, UpstreamE
 
 
 class RelayOwner(Protocol):
-    """What a Relay reports to during an exchange (engine.Connection)."""
-
-    transport: Any
+    """What a Relay reports to during an exchange (engine.Connection); the answer's bytes go to it as well, and it
+    alone writes to its client."""
 
     def response_started(self, head: ResponseHead) -> None: ...
+
+    def response_bytes(self, data: bytes) -> None: ...
 
     def response_done(self) -> None: ...
 
@@ -35,7 +37,7 @@ class RelayPool(TLSPool["Relay"]):
 
 
 class Relay(PooledIdle, asyncio.Protocol):
-    """One upstream TLS connection. During an exchange its bytes go to the owner's transport; `sending` while the
+    """One upstream TLS connection. During an exchange its answer's bytes go to the owner; `sending` while the
     request's body is still being sent (`send`, `end_body`): such a connection is never reused."""
 
     __slots__ = ("pool", "transport", "owner", "framer", "last_read", "timer", "idle_since", "sending")
@@ -109,8 +111,8 @@ class Relay(PooledIdle, asyncio.Protocol):
                 out = relay_head(event)
             else:
                 done = event
-        if out and owner.transport is not None:
-            owner.transport.write(out)  # a head and the body's first bytes in one write: one TLS record
+        if out:
+            owner.response_bytes(out)  # a head and the body's first bytes in one write: one TLS record
         if done is not None:
             self._done(done.reuse)
 

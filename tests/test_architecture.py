@@ -303,6 +303,17 @@ def test_the_connection_layers_set_no_attribute_on_another_object(name):
     assert offending == []
 
 
+@pytest.mark.parametrize("name", ["gateway.tls", "gateway.tlsstream", "gateway.tcp", "gateway.connections",
+                                  "gateway.engine", "gateway.listeners", "gateway.relay", "gateway.upload"])
+def test_each_connection_layer_writes_only_to_its_own_transport(name):
+    """The relay hands an answer's bytes to the connection that owns the exchange, which writes them to its client:
+    no layer reaches for another object's transport."""
+    offending = [f"line {node.lineno}: {ast.unparse(node)}" for node in ast.walk(ast.parse(MODULES[name].read_text()))
+                 if isinstance(node, ast.Attribute) and node.attr == "transport"
+                 and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))]
+    assert offending == []
+
+
 def _aiohttp_importers() -> set[str]:
     found = set()
     for name in GATEWAY:
