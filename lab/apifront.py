@@ -9,11 +9,15 @@ its peering process a kubeconfig whose server is this front: TLS with the API se
 with the bearer token, body) and every answer passed back as it came (status, headers, a watch's stream chunk by
 chunk), except `/openid/v1/jwks` while the test has replaced `sa_issuer.jwks`.
 
-It adds nothing and refuses nothing: authentication, authorization and every answer are kube-apiserver's.
+It adds nothing and refuses nothing: authentication, authorization and every answer are kube-apiserver's. One
+fault it can add: `hold(resource, seconds)` holds the creations of a resource (a POST to its collection) that long
+before passing them on, as a slow API server or a busy control loop would (a test's peering process then writes
+its RoleBindings late).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import ssl
@@ -42,6 +46,15 @@ class ApiFront:
         self._session: aiohttp.ClientSession | None = None
         self.port = 0
         self.replaced_answers = 0
+        #: resource (a collection's last path segment, e.g. "rolebindings") -> seconds its creations are held.
+        self.held: dict[str, float] = {}
+
+    def hold(self, resource: str, seconds: float) -> None:
+        """Hold every creation of `resource` `seconds` before it goes to kube-apiserver (0: not any more)."""
+        if seconds > 0:
+            self.held[resource] = seconds
+        else:
+            self.held.pop(resource, None)
 
     @property
     def url(self) -> str:
@@ -77,6 +90,9 @@ class ApiFront:
             self.replaced_answers += 1
             return web.Response(body=json.dumps(replaced()).encode(), content_type="application/jwk-set+json")
         assert self._session is not None
+        held = self.held.get(request.path.rstrip("/").rsplit("/", 1)[-1]) if request.method == "POST" else None
+        if held:
+            await asyncio.sleep(held)  # the fault itself: this creation reaches kube-apiserver late
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         body = await request.read() if request.can_read_body else None
         try:

@@ -35,6 +35,11 @@ EXCEPTIONS: dict[str, tuple[str, str]] = {
     "tests/e2e/test_peering_check_deckhouse.py": (
         REAL_ONLY, "the module's Deployment and its Pods, which the emulator does not serve (apps/v1, Pods); "
                    "tests/e2e/test_peering_check.py checks the emulator's shape, the Lease, on both backends"),
+    "tests/e2e/test_access_announced.py::"
+    "test_a_consumer_starting_when_access_is_announced_waits_for_the_peers_grants_in_force": (
+        REAL_ONLY, "holds the creations of RoleBindings in the API front of a real kube-apiserver (lab/apifront.py) "
+                   "and needs its RBAC authorizer, which learns of them after they are stored; the emulator's "
+                   "authorizer reads its own store, and its hooks run only after a write is stored"),
     "tests/e2e/test_guide_story_parts.py": (
         PURE, "reads kubectl tables, connection strings and the launcher's command line; no cluster"),
     "tests/control/reconcilers/test_pure.py": (

@@ -8,7 +8,9 @@ the certificate it carries, and a peer's protocol call meets the same bounded ca
 Twenty fresh peerings between the same two lab clusters, each consumer polling its ClusterPeer every few
 milliseconds, on both backends; and five with the registry feeds gathering changes for 0.5 s
 (`--feed-coalesce`), far longer than a join takes on an idle machine, which is when a registry behind the status
-showed (before, the joiner's consumer met 404 PeerNotFound and the joiner a Warning PeerRefusedCertificate)."""
+showed (before, the joiner's consumer met 404 PeerNotFound and the joiner a Warning PeerRefusedCertificate). And
+on a real kube-apiserver, three with each cluster's RoleBindings reaching its API server 0.5 s late (its API front
+holds them): the peer's entrance tries a 403 of a grant on its way again (gateway/grantlag.py)."""
 
 from __future__ import annotations
 
@@ -110,11 +112,12 @@ async def _gone(cluster, name: str) -> None:
     await until(lambda: clusterpeer(cluster, name) is None, timeout=30, what=f"{cluster.name}'s {name} deleted")
 
 
-async def test_a_consumer_starting_when_access_is_announced_is_never_refused(lab):
-    a, b = lab["a"], lab["b"]
+async def _fresh_peerings(a, b, rounds: int, prefix: str = "") -> list[list[tuple[int, str, float]]]:
+    """`rounds` fresh peerings of `a` and `b`, one after another, each with a consumer on both sides starting the
+    moment its access is announced (`_consumer`): their answers, round by round."""
     answers = []
-    for n in range(lab.rounds):
-        invite, join = f"to-b-{n}", f"to-a-{n}"
+    for n in range(rounds):
+        invite, join = f"{prefix}to-b-{n}", f"{prefix}to-a-{n}"
         # Both administrators open the capability in the ClusterPeer they create: a fresh peering, all at once.
         a.api.create({"apiVersion": f"{GROUP}/v1alpha1", "kind": "ClusterPeer", "metadata": {"name": invite},
                       "spec": {"type": "Invite", "capabilities": [CAP]}})
@@ -123,14 +126,47 @@ async def test_a_consumer_starting_when_access_is_announced_is_never_refused(lab
                       "spec": {"type": "Join", "capabilities": [CAP],
                                "join": {"connectionString": await connection_string(a, invite)}}})
         try:
-            round_answers = await asyncio.gather(*consumers)
+            answers.append(await asyncio.gather(*consumers))
         finally:
             for c in consumers:
                 c.cancel()
-        answers.append(round_answers)
         await asyncio.gather(_gone(a, invite), _gone(b, join))
+    return answers
+
+
+async def test_a_consumer_starting_when_access_is_announced_is_never_refused(lab):
+    a, b = lab["a"], lab["b"]
+    answers = await _fresh_peerings(a, b, lab.rounds)
     # Each consumer read the other cluster's ConfigMap at its first request (a gateway that waited for its
     # registry longer than its catch-up bound would have answered the refusal).
     assert [[(code, what) for code, what, _ in r] for r in answers] == [[(200, "b"), (200, "a")]] * lab.rounds, answers
     # And no side warned of anything while twenty peerings were made.
+    assert warning_events(a) == [] and warning_events(b) == []
+
+
+#: How long the peer's front holds each RoleBinding's creation, and the rounds of the test below.
+HELD, HELD_ROUNDS = 0.5, 3
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=apiserver_backends(("real",)))
+async def held_lab(request, tmp_path_factory):
+    async with lab_clusters(tmp_path_factory.mktemp("held"), ["a", "b"], peering_command=fast_peering_command,
+                            apiserver=request.param, api_front=True) as lab:
+        for cluster in (lab["a"], lab["b"]):
+            create_capability(cluster, CAP)
+            create_project_with_prices(cluster, PROJECT)
+            cluster.front.hold("rolebindings", HELD)
+        yield lab
+
+
+async def test_a_consumer_starting_when_access_is_announced_waits_for_the_peers_grants_in_force(held_lab):
+    """Each cluster's RoleBindings reach its kube-apiserver HELD s after its control loop writes them (its API front
+    holds their creations): a consumer that starts the moment status.access shows its audience reaches the peer
+    before the grants there are in force, and the peer's API server would answer 403 Forbidden. The peer's entrance
+    tries such a request again until they are (gateway/grantlag.py, within `Limits.registry_catch_up`): the
+    consumer is answered 200, as always."""
+    a, b = held_lab["a"], held_lab["b"]
+    answers = await _fresh_peerings(a, b, HELD_ROUNDS, prefix="held-")
+    print("answers (code, cluster or reason, seconds after the announcement):", answers)
+    assert [[(code, what) for code, what, _ in r] for r in answers] == [[(200, "b"), (200, "a")]] * HELD_ROUNDS, answers
     assert warning_events(a) == [] and warning_events(b) == []
