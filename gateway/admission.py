@@ -1,5 +1,5 @@
 """Where every entrance and egress request is admitted (DESIGN.md 7): one chain, called by the engine for both
-listeners (engine.py through listeners.py, and calls.py).
+listeners (serving.py through listeners.py, and calls.py).
 
     entrance: method -> peer (client certificate) -> header rules -> peer token (verified-token cache) -> consumer
               -> exchange decision -> the upstream request head

@@ -46,9 +46,9 @@ async def answer_peer_call(state: GatewayState, handlers: ControlHandlers, clien
 
 
 class PeerCalls:
-    """The peer calls of one entrance connection (engine.Connection, which this is a part of: it reads the heads
-    and bodies, this admits, waits and answers, through the connection's own `_open_body`, `_refuse`,
-    `_failed`, `_end`)."""
+    """The peer calls of one entrance connection (serving.Serving, which this is a part of: it reads the heads
+    and bodies, this admits, waits and answers, through the connection's own `_open_body`, `_wait`, `_refuse`,
+    `failed`, `_end`)."""
 
     __slots__ = ()
     state: GatewayState
@@ -58,8 +58,9 @@ class PeerCalls:
     close_after: bool
     call: "tuple[Request, object] | None"
     upload: Any
-    task: Any
-    transport: Any
+    waiting: bool
+    open: bool
+    io: Any
 
     def _peer_call(self, request: Request, client: ClientState) -> None:
         """A call of the peer protocol: admitted now, answered once its body (a JSON object) is complete."""
@@ -80,19 +81,16 @@ class PeerCalls:
             self._call(request, decision)
 
     def _call(self, request: Request, decision: object) -> None:
+        """The call's body is complete: the control loop answers it (after the registry it waits for)."""
         self.call = None
-        self.task = self.state.loop.create_task(self._answer_call(request, decision))
-
-    async def _answer_call(self, request: Request, decision: object) -> None:
         payload = self.upload.payload() if self.upload is not None else b""
-        try:
-            answer = await answer_peer_call(self.state, self.handlers, self.client, self.peering_fp,  # type: ignore
-                                            request.method.decode("latin-1"), request.target.decode("latin-1"),
-                                            decision, payload, self.close_after)
-        except Exception as exc:
-            self._failed(exc)
-            return
-        self.task = None
-        if self.transport is not None:
-            self.transport.write(answer)
+        method, target = request.method.decode("latin-1"), request.target.decode("latin-1")
+        self._wait(lambda: answer_peer_call(self.state, self.handlers, self.client, self.peering_fp,  # type: ignore
+                                            method, target, decision, payload, self.close_after),
+                   self._call_answered)
+
+    def _call_answered(self, answer: bytes) -> None:
+        self.waiting = False
+        if self.open:
+            self.io.write(answer)
         self._end(200, ANSWERED)

@@ -1,8 +1,9 @@
 """The data plane of one process: the listeners it serves over one `GatewayState`. The process's `Gateway`
 (server.py) composes one for its own listeners, and each worker process (worker.py) one for the entrance and the
 egress. Only I/O lives here: the TLS acceptors of the entrance and the egress with the engine's protocol
-(engine.Connection, each with its listener's ways: listeners.py), aiohttp's low-level servers of the join and ops
-listeners, bound to their sockets; what a request may do is decided in admission.py."""
+(engine.Connection, carrying out a serving.Serving, each with its listener's ways: listeners.py), aiohttp's
+low-level servers of the join and ops listeners, bound to their sockets; what a request may do is decided in
+admission.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What differs between the two listeners the engine serves (engine.Connection): the entrance, where peers' requests
+"""What differs between the two listeners the engine serves (serving.Serving): the entrance, where peers' requests
 come over mTLS toward this cluster's API server, and the egress, where local consumers' requests go toward a peer's
 entrance. Each is a small object the connection is made with: its name (accounting and metrics), its admission
 (`admission.admit_entrance` with the client certificate's fingerprint, `admission.admit_egress`), whether it
@@ -20,13 +20,15 @@ from gateway.upstream import UpstreamError
 
 class Listener:
     """One listener's ways. `name` labels its accounting and metrics; `peer_calls`: requests under /peering/v1/
-    are the peer protocol's calls (calls.PeerCalls), not proxied."""
+    are the peer protocol's calls (calls.PeerCalls), not proxied; `settles_grants`: the upstream is this cluster's
+    API server, whose 403 to a grant that is new may be its authorizer behind (grantlag.py)."""
 
-    __slots__ = ("name", "peer_calls")
+    __slots__ = ("name", "peer_calls", "settles_grants")
 
-    def __init__(self, name: str, peer_calls: bool) -> None:
+    def __init__(self, name: str, peer_calls: bool, settles_grants: bool = False) -> None:
         self.name = name
         self.peer_calls = peer_calls
+        self.settles_grants = settles_grants
 
     def admit(self, state: GatewayState, client: ClientState, fingerprint: str | None, request: Request, *,
               until: float | None = None) -> object:
@@ -57,7 +59,7 @@ class Entrance(Listener):
     __slots__ = ()
 
     def __init__(self) -> None:
-        super().__init__("entrance", peer_calls=True)
+        super().__init__("entrance", peer_calls=True, settles_grants=True)
 
     def admit(self, state: GatewayState, client: ClientState, fingerprint: str | None, request: Request, *,
               until: float | None = None) -> object:

@@ -15,7 +15,7 @@ from gateway.upstream import CERTIFICATE_REFUSED, PooledIdle, TLSPool, UpstreamE
 
 
 class RelayOwner(Protocol):
-    """What a Relay reports to during an exchange (engine.Connection); the answer's bytes go to it as well, and it
+    """What a Relay reports to during an exchange (serving.Serving); the answer's bytes go to it as well, and it
     alone writes to its client."""
 
     def response_started(self, head: ResponseHead) -> None: ...
@@ -108,6 +108,8 @@ class Relay(PooledIdle, asyncio.Protocol):
                 out = out + event.data if out else event.data
             elif kind is ResponseHead:
                 owner.response_started(event)
+                if self.owner is not owner:
+                    return  # the owner let this answer go unread (detach): nothing more of it is relayed
                 out = relay_head(event)
             else:
                 done = event

@@ -17,6 +17,7 @@ from contract.errors import Refusal
 from contract.names import peer_secret_name
 from gateway.accounting import Accounting
 from gateway.authority import OpenStreams
+from gateway.grantlag import FreshGrants
 from gateway.config import GatewayConfig
 from gateway.connections import PeerConnections
 from gateway.exchange import DexClient, ExchangeCache, PeerRate
@@ -49,6 +50,9 @@ class GatewayState:
         self.published = asyncio.Event()
         #: The open proxied requests with what admitted them: closed when a registry or the clock withdraws it.
         self.streams = OpenStreams(loop)
+        #: When each grant appeared, for the entrance's catch-up with the API server's authorizer.
+        self.fresh_grants = FreshGrants()
+        self.fresh_grants.update(registry, loop.time())
         self.resolver = resolver
         self.api_session = api_session
         self.dex_session = dex_session
@@ -93,6 +97,7 @@ class GatewayState:
         published, self.published = self.published, asyncio.Event()
         published.set()
         self.streams.recheck(registry)
+        self.fresh_grants.update(registry, self.loop.time())
 
     def peer_pool(self, peer: Peer) -> RelayPool:
         """The pooled mTLS connections toward `peer`'s entrance, made anew when its credentials change."""

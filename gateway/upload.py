@@ -130,16 +130,17 @@ def body_refusal(exc: FramingError, limit: int) -> Refusal:
 
 
 class Uploading:
-    """The request bodies of one connection (engine.Connection, which this is a part of: it routes the client's
+    """The request bodies of one connection (serving.Serving, which this is a part of: it routes the client's
     bytes here while a body is open, and answers through its own `_refuse`)."""
 
     __slots__ = ()
     state: GatewayState
     upload: Upload | None
     reader: Any
-    transport: Any
+    io: Any
+    open: bool
     relay: Any
-    task: Any
+    waiting: bool
     busy: bool
     code: int
     outcome: str | None
@@ -186,21 +187,21 @@ class Uploading:
         self.upload.abandon()  # type: ignore[union-attr]
         self.call = None
         self.close_after = True
-        if self.transport is None:
+        if not self.open:
             return
         if not self.busy:  # a refused request's body, read to be dropped
-            self.transport.close()
+            self.io.close()
             return
         if self.code:  # the answer had begun
             self.outcome = self.outcome or INTERRUPTED
-            self.transport.abort()
+            self.io.abort()
             return
         relay, self.relay = self.relay, None
         if relay is not None:
             relay.detach()
-        if self.task is not None:
-            self.task.cancel()
-            self.task = None
+        if self.waiting:
+            self.waiting = False
+            self.io.cancel()
         self._refuse(refusal)
 
     def upstream_writable(self, writable: bool) -> None:

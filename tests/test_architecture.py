@@ -304,13 +304,37 @@ def test_the_connection_layers_set_no_attribute_on_another_object(name):
 
 
 @pytest.mark.parametrize("name", ["gateway.tls", "gateway.tlsstream", "gateway.tcp", "gateway.connections",
-                                  "gateway.engine", "gateway.listeners", "gateway.relay", "gateway.upload"])
+                                  "gateway.engine", "gateway.serving", "gateway.answering", "gateway.listeners",
+                                  "gateway.relay", "gateway.upload"])
 def test_each_connection_layer_writes_only_to_its_own_transport(name):
     """The relay hands an answer's bytes to the connection that owns the exchange, which writes them to its client:
     no layer reaches for another object's transport."""
     offending = [f"line {node.lineno}: {ast.unparse(node)}" for node in ast.walk(ast.parse(MODULES[name].read_text()))
                  if isinstance(node, ast.Attribute) and node.attr == "transport"
                  and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))]
+    assert offending == []
+
+
+#: What an I/O-free connection may not touch: the modules of I/O, and the names of a transport's and a loop's doing.
+_IO_MODULES = frozenset({"asyncio", "socket", "ssl", "selectors", "aiohttp", "uvloop"})
+_IO_NAMES = frozenset({"transport", "loop", "create_task", "ensure_future", "call_soon", "call_later", "call_at",
+                       "get_running_loop", "sleep"})
+
+
+@pytest.mark.parametrize("name", ["gateway.serving", "gateway.answering", "gateway.calls", "gateway.upload"])
+def test_the_connections_behaviour_does_no_io(name):
+    """The connection of the entrance and the egress (serving.Serving, with its peer calls and bodies) is
+    sans-I/O: it gives commands to its `io`, its relay and its pool, and engine.Connection carries out the client's
+    side on asyncio; none of its modules imports I/O or reaches for a transport or a loop."""
+    offending = []
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Import):
+            offending += [f"line {node.lineno}: import {a.name}" for a in node.names
+                          if a.name.split(".")[0] in _IO_MODULES]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in _IO_MODULES:
+            offending.append(f"line {node.lineno}: from {node.module}")
+        elif isinstance(node, ast.Attribute) and node.attr in _IO_NAMES:
+            offending.append(f"line {node.lineno}: {ast.unparse(node)}")
     assert offending == []
 
 
