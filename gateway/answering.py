@@ -22,6 +22,7 @@ class Answering:
     __slots__ = ()
     state: GatewayState
     io: Any
+    clock: Any
     listener: Any
     client: Any
     relay: Any
@@ -39,6 +40,8 @@ class Answering:
     paused: bool
     outcome: str | None
     settling: float
+    settling_start: float
+    start: float
     tries: int
     waiting: bool
 
@@ -58,20 +61,21 @@ class Answering:
     def _settling(self) -> bool:
         """Whether the API server's 403 may be the request's grants on their way (grantlag.py), and the
         request can go again as it went: its whole body kept."""
-        if self.settling == 0.0:
+        if self.settling_start != self.start:  # this request's first 403
+            self.settling_start, self.tries = self.start, 0
             authority = self.authority
             self.settling = self.state.fresh_grants.settling_until(
                 authority.peer, authority.capabilities, request_namespace(self.path),  # type: ignore[union-attr]
                 self.state.limits.registry_catch_up) or -1.0
         upload = self.upload
-        return self.io.now() < self.settling and (upload is None or not upload.active or not upload.open)
+        return self.clock() < self.settling and (upload is None or not upload.active or not upload.open)
 
     def _try_again(self) -> None:
         relay, self.relay = self.relay, None
         relay.detach()  # type: ignore[union-attr]  # its answer unread: that connection is not reused
         if self.upload is not None:
             self.upload.detach()
-        delay = min(GRANTS_RETRY * 2 ** self.tries, max(self.settling - self.io.now(), 0.0))
+        delay = min(GRANTS_RETRY * 2 ** self.tries, max(self.settling - self.clock(), 0.0))
         self.tries += 1
         self._wait(lambda: pause(delay), self._paused)
 

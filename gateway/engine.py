@@ -1,6 +1,7 @@
 """The data plane's HTTP/1.1 engine on asyncio: the protocol of every client connection of the entrance and the
-egress, which carries out what its `serving.Serving` commands (the connection's whole behaviour, sans-I/O) on its
-transport and its loop, and hands it what happens there as events. Nothing is decided here."""
+egress is a `serving.Serving` (the connection's whole behaviour, sans-I/O) that carries out its own commands on its
+transport and its loop, and takes what happens there as its events. Nothing is decided here: one object per
+connection, so that the I/O costs a request no more than a call."""
 
 from __future__ import annotations
 
@@ -13,37 +14,37 @@ from gateway.serving import Serving
 from gateway.state import GatewayState
 
 
-class Connection(asyncio.Protocol):
-    """One TLS client connection of `listener` (the entrance or the egress); `serving` is what it does."""
+class Connection(Serving, asyncio.Protocol):
+    """One TLS client connection of `listener` (the entrance or the egress): a `Serving` whose `io` is itself."""
 
-    __slots__ = ("serving", "loop", "transport", "timer", "head_timer", "task")
+    __slots__ = ("loop", "transport", "timer", "head_timer", "task")
 
     def __init__(self, state: GatewayState, handlers: ControlHandlers, listener: Listener,
                  peering_fp: str | None) -> None:
-        self.serving = Serving(state, handlers, listener, peering_fp, self)
+        super().__init__(state, handlers, listener, peering_fp, self)
         self.loop = state.loop
         self.transport: Any = None
         self.timer: asyncio.TimerHandle | None = None
         self.head_timer: asyncio.TimerHandle | None = None
         self.task: asyncio.Task | None = None
+        self.clock = state.loop.time  # `now`, without a call of ours
 
     # ----- events: what the transport reports ---------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        self.serving.opened()
+        self.opened()
 
-    def data_received(self, data: bytes) -> None:
-        self.serving.received(data)
+    data_received = Serving.received
 
     def pause_writing(self) -> None:
-        self.serving.writable(False)
+        self.writable(False)
 
     def resume_writing(self) -> None:
-        self.serving.writable(True)
+        self.writable(True)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.transport = None
-        self.serving.lost()
+        self.lost()
 
     # ----- commands (serving.ConnectionIo) ----------------------------------------------------------------
     def now(self) -> float:
@@ -52,6 +53,8 @@ class Connection(asyncio.Protocol):
     def write(self, data: bytes) -> None:
         if self.transport is not None:
             self.transport.write(data)
+
+    response_bytes = write  # an answer's bytes go as they came (answering.Answering.response_bytes, without a call)
 
     def close(self) -> None:
         if self.transport is not None:
@@ -75,7 +78,7 @@ class Connection(asyncio.Protocol):
 
     def _idle_due(self) -> None:
         self.timer = None
-        self.serving.idle_due()
+        self.idle_due()
 
     def head_deadline(self, delay: float | None) -> None:
         if self.head_timer is not None:
@@ -84,7 +87,7 @@ class Connection(asyncio.Protocol):
 
     def _head_due(self) -> None:
         self.head_timer = None
-        self.serving.head_due()
+        self.head_due()
 
     def wait(self, start: Callable[[], Awaitable[Any]], then: Callable[[Any], None]) -> None:
         self.task = self.loop.create_task(self._wait(start, then))
@@ -94,7 +97,7 @@ class Connection(asyncio.Protocol):
             result = await start()  # made here: a wait cancelled before it began leaves no coroutine unawaited
         except Exception as exc:
             self.task = None
-            self.serving.failed(exc)
+            self.failed(exc)
             return
         self.task = None
         then(result)

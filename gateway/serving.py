@@ -70,10 +70,10 @@ class ConnectionIo(Protocol):
 class Serving(Answering, PeerCalls, Uploading):
     """One client connection of `listener` (the entrance or the egress)."""
 
-    __slots__ = ("state", "handlers", "listener", "io", "call", "open", "peering_fp", "reader", "client", "busy",
+    __slots__ = ("state", "handlers", "listener", "io", "clock", "call", "open", "peering_fp", "reader", "client", "busy",
                  "relay", "waiting", "close_after", "last", "paused", "reading_paused", "code", "method", "path",
                  "start", "watch", "head", "head_only", "retried", "head_armed", "outcome", "upload", "body_held",
-                 "decision", "pool", "authority", "settling", "tries")
+                 "decision", "pool", "authority", "settling", "settling_start", "tries")
 
     def __init__(self, state: GatewayState, handlers: ControlHandlers, listener: Listener, peering_fp: str | None,
                  io: ConnectionIo) -> None:
@@ -81,6 +81,8 @@ class Serving(Answering, PeerCalls, Uploading):
         self.handlers = handlers
         self.listener = listener
         self.io = io
+        #: `io.now`, looked up once (read twice a request).
+        self.clock = io.now
         #: A peer call's request and admission, waiting for the rest of its body.
         self.call: tuple[Request, object] | None = None
         self.open = False
@@ -118,21 +120,22 @@ class Serving(Answering, PeerCalls, Uploading):
         self.authority: Authority | None = None
         #: The admission's decision for the request in progress, once no registry is waited for.
         self.decision: Decision | None = None
-        #: Until when a 403 of the API server to the request in progress is tried again (grantlag.py; -1
-        #: for never, 0 before its first 403), and how often it was.
+        #: Until when a 403 of the API server to the request that started at `settling_start` is tried again
+        #: (grantlag.py; -1 for never), and how often it was: worked out at its first 403 only.
         self.settling = 0.0
+        self.settling_start = -1.0
         self.tries = 0
 
     # ----- the client's connection -------------------------------------------------------------------------
     def opened(self) -> None:
         self.open = True
-        self.last = self.io.now()
+        self.last = self.clock()
         self.io.idle_at(self.last + self.state.limits.idle_timeout)
 
     def idle_due(self) -> None:
         if not self.open:
             return
-        now = self.io.now()
+        now = self.clock()
         due = self.last + self.state.limits.idle_timeout
         if not self.busy and now >= due:
             self.io.close()  # an idle keep-alive connection: closed after `idle_timeout`, as the join's is
@@ -197,7 +200,7 @@ class Serving(Answering, PeerCalls, Uploading):
             if type(event) is Refused:
                 self._refuse_head(event.code, event.reason, event.message)  # type: ignore[union-attr]
                 return
-            self.last = self.io.now()
+            self.last = self.clock()
             if self.head_armed:
                 self._head_done()
             self._request(event)  # type: ignore[arg-type]
@@ -241,7 +244,6 @@ class Serving(Answering, PeerCalls, Uploading):
         self.outcome = None
         self.retried = False
         self.watch = False
-        self.settling = 0.0
         self.head_only = request.method == b"HEAD"
         state.accounting.in_flight[listener.name].inc()
         client = self.client
@@ -267,6 +269,16 @@ class Serving(Answering, PeerCalls, Uploading):
                        self._caught_up)
             return
         self.watch = decision.watch  # type: ignore[union-attr]
+        if type(decision) is Admitted:  # the keep-alive case: on a pooled connection at once
+            self.head = decision.head  # type: ignore[union-attr]
+            pool = self.pool = listener.pool(state, decision)  # type: ignore[arg-type]
+            self.authority = listener.authority(client, decision)  # type: ignore[arg-type]
+            relay = pool.take()
+            if relay is not None:
+                self._send(relay)
+            else:
+                self._wait(pool.connect, self._connected)
+            return
         self.decision = decision  # type: ignore[assignment]
         if isinstance(decision, Admitted):
             self._completed(decision)
@@ -378,7 +390,7 @@ class Serving(Answering, PeerCalls, Uploading):
         self.state.streams.discard(self)
         self.busy = False
         self._finish(code, outcome, reason)
-        self.last = self.io.now()
+        self.last = self.clock()
         upload = self.upload
         if upload is not None:
             upload.drop()

@@ -175,7 +175,7 @@ async def test_a_body_waiting_for_its_admission_holds_the_client_and_goes_whole_
             writer.write(post(PODS, make_token(issuer_key), body))
             (fp,) = gw.registry.by_fingerprint
             async with asyncio.timeout(10):
-                while not any(stream.get_protocol().serving.body_held for stream in gw.state.connections.of(fp)):
+                while not any(stream.get_protocol().body_held for stream in gw.state.connections.of(fp)):
                     await asyncio.sleep(0.01)  # past QUEUE_HIGH queued, the client is not read any more
             (stream,) = gw.state.connections.of(fp)
             assert not stream.is_reading() and upstream.requests == []  # nothing sent before admission
