@@ -90,9 +90,9 @@ class Connection(Serving, asyncio.Protocol):
         self.head_due()
 
     def wait(self, start: Callable[[], Awaitable[Any]], then: Callable[[Any], None]) -> None:
-        self.task = self.loop.create_task(self._wait(start, then))
+        self.task = self.loop.create_task(self._run(start, then))
 
-    async def _wait(self, start: Callable[[], Awaitable[Any]], then: Callable[[Any], None]) -> None:
+    async def _run(self, start: Callable[[], Awaitable[Any]], then: Callable[[Any], None]) -> None:
         try:
             result = await start()  # made here: a wait cancelled before it began leaves no coroutine unawaited
         except Exception as exc:

@@ -514,3 +514,14 @@ def test_fresh_grants_keep_when_each_grant_first_appeared(pki, issuer_key):
     fresh.update(registry_for(pki, issuer_key, generation=3, effective=()), 110.0)
     fresh.update(registry_for(pki, issuer_key, generation=4), 120.0)  # gone, then back: new again
     assert fresh.settling_until("peer", {"read-pods"}, None, 2.0) == 122.0
+
+
+def test_the_engines_connection_overrides_no_behaviour_of_its_serving():
+    """engine.Connection adds the I/O of the commands to a Serving and takes its events; a name it defines that
+    a Serving has already would replace the behaviour (only the answer's bytes go straight to the transport)."""
+    from gateway.engine import Connection
+
+    behaviour = {name for klass in Serving.__mro__ if klass is not object for name in vars(klass)}
+    overridden = (set(vars(Connection)) & behaviour) - {"__init__", "__slots__", "__doc__", "__module__",
+                                                         "__qualname__", "response_bytes"}
+    assert overridden == set()
