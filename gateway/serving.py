@@ -268,22 +268,7 @@ class Serving(Answering, PeerCalls, Uploading):
             self._wait(lambda: caught_up(state, decision, listener.admit, state, client, self.peering_fp, request),
                        self._caught_up)
             return
-        self.watch = decision.watch  # type: ignore[union-attr]
-        if type(decision) is Admitted:  # the keep-alive case: on a pooled connection at once
-            self.head = decision.head  # type: ignore[union-attr]
-            pool = self.pool = listener.pool(state, decision)  # type: ignore[arg-type]
-            self.authority = listener.authority(client, decision)  # type: ignore[arg-type]
-            relay = pool.take()
-            if relay is not None:
-                self._send(relay)
-            else:
-                self._wait(pool.connect, self._connected)
-            return
-        self.decision = decision  # type: ignore[assignment]
-        if isinstance(decision, Admitted):
-            self._completed(decision)
-        else:  # an exchange at Dex or a TokenReview first
-            self._wait(lambda: complete(state, client, decision), self._completed)  # type: ignore
+        self._decided(decision)  # type: ignore[arg-type]
 
     def _wait(self, start: Callable[[], Awaitable[Any]], then: Callable[[Any], None]) -> None:
         self.waiting = True
@@ -293,6 +278,12 @@ class Serving(Answering, PeerCalls, Uploading):
         """The registry the request waited for came (or the wait's bound passed): its admission on it."""
         self.waiting = False
         self.close_after = self.client.close  # type: ignore[union-attr]
+        self._decided(decision)
+
+    def _decided(self, decision: Decision) -> None:
+        """Admission's decision on the request in progress: upstream at once, or an exchange at Dex or a
+        TokenReview first. The keep-alive request takes this path as every other: a Refusal of the listener's pool
+        (the egress's peer gone since admission) is answered, never raised into the transport."""
         self.watch = decision.watch
         self.decision = decision
         if isinstance(decision, Admitted):

@@ -124,6 +124,7 @@ class Stub(Listener):
         super().__init__("entrance", peer_calls=False, settles_grants=True)
         self.decisions: list = []
         self._pool, self.granted = pool, authority
+        self.no_pool: Refusal | None = None  # what `pool` raises when set: no upstream can take the request
 
     def admit(self, state, client, fingerprint, request, *, until=None):
         decision = self.decisions.pop(0)
@@ -133,6 +134,8 @@ class Stub(Listener):
         return decision
 
     def pool(self, state, decision):
+        if self.no_pool is not None:
+            raise self.no_pool
         return self._pool
 
     def authority(self, client, decision):
@@ -423,6 +426,17 @@ async def test_a_request_whose_authority_went_while_it_waited_is_refused_not_rel
     assert ("park", "r") in commands and not any(c[0] == "start" for c in commands)
     (write,) = [c for c in commands if c[0] == "write"]
     assert write[1].startswith(b"HTTP/1.1 403 ") and reasons.NO_EFFECTIVE_CAPABILITY.encode() in write[1]
+
+
+async def test_a_request_admitted_at_once_that_no_upstream_can_take_is_answered_with_the_pools_refusal(rig, caplog):
+    # The listener's contract: `pool` raises a Refusal when no upstream can take the request. The request admitted
+    # at once (the keep-alive case) meets it as one admitted after a wait does: answered, never raised.
+    rig.listener.no_pool = Refusal(404, reasons.PEER_NOT_FOUND, "the peer is gone")
+    rig.listener.decisions.append(Admitted(UPSTREAM_HEAD, watch=False))
+    rig.serving.received(GET)
+    (write,) = rig.commands()
+    assert write[0] == "write" and write[1].startswith(b"HTTP/1.1 404 ") and b"the peer is gone" in write[1]
+    assert outcomes(caplog) == [(404, "refused")]
 
 
 # ----- the peer protocol --------------------------------------------------------------------------------------
