@@ -26,6 +26,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from lab.ingress import pass_back
+
 log = logging.getLogger(__name__)
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the two HTTP connections set for themselves.
@@ -46,6 +48,8 @@ class ApiFront:
         self._session: aiohttp.ClientSession | None = None
         self.port = 0
         self.replaced_answers = 0
+        self.passed_answers = 0  # answers of kube-apiserver passed back, whole or cut
+        self.passing = 0  # answers being passed back now (a watch's until it ends)
         #: resource (a collection's last path segment, e.g. "rolebindings") -> seconds its creations are held.
         self.held: dict[str, float] = {}
 
@@ -101,15 +105,10 @@ class ApiFront:
         except (aiohttp.ClientError, OSError) as e:
             log.info("api front: %s %s: kube-apiserver unreachable (%s)", request.method, request.path, e)
             return web.Response(status=502, text="the lab's kube-apiserver is unreachable\n")
-        async with upstream:
-            response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers={
-                k: v for k, v in upstream.headers.items() if k.lower() not in _HOP})
-            await response.prepare(request)
-            try:
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-            except (ConnectionResetError, aiohttp.ClientError):
-                # One side went away (a watch ended by either end): so does the other.
-                return response
-            await response.write_eof()
-            return response
+        self.passing += 1
+        try:
+            async with upstream:
+                self.passed_answers += 1
+                return await pass_back(request, upstream)
+        finally:
+            self.passing -= 1

@@ -79,6 +79,35 @@ def response_headers(upstream: "aiohttp.typedefs.LooseHeaders") -> dict[str, str
     return {k: v for k, v in items if k.lower() not in _HOP_BY_HOP}
 
 
+async def pass_back(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    """`upstream`'s answer passed back to `request`'s client as it comes: status, end-to-end headers, the length
+    it declared, the body chunk by chunk (a watch's stream too). One side gone mid-answer ends the other: a client
+    that left stops the reading, and an upstream cut mid-answer aborts the client's connection, so that the client
+    sees the cut as a real proxy shows it, never a shorter answer that looks whole."""
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                  headers=response_headers(upstream.headers))
+    if upstream.content_length is not None:
+        response.content_length = upstream.content_length
+    try:
+        await response.prepare(request)
+        while True:
+            try:
+                chunk = await upstream.content.readany()
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+                log.info("%s %s: the upstream cut its answer (%s); so is the client's", request.method, request.path,
+                         type(e).__name__)
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
+            if not chunk:
+                break
+            await response.write(chunk)
+        await response.write_eof()
+    except ConnectionResetError:  # the client left (a watch it ended): nothing more to pass on
+        pass
+    return response
+
+
 class Backends:
     """The ports behind one Service, taken in turn: `order()` gives every live port once, starting with the next
     one of the round robin, so that a caller tries the others when one refuses."""
@@ -169,15 +198,7 @@ class Ingress:
                     request.method, url, headers=headers, data=body, allow_redirects=False,
                 ) as upstream:
                     self.backends.given(port)
-                    response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                                  headers=response_headers(upstream.headers))
-                    if upstream.content_length is not None:
-                        response.content_length = upstream.content_length
-                    await response.prepare(request)
-                    async for chunk in upstream.content.iter_any():
-                        await response.write(chunk)
-                    await response.write_eof()
-                    return response
+                    return await pass_back(request, upstream)
             except aiohttp.ClientConnectorError as e:
                 # Not connected, so nothing of the request was sent: the next backend gets it (proxy_next_upstream).
                 log.info("ingress %s: backend 127.0.0.1:%s refused: %s; trying the next", self.host, port, e)
