@@ -3,7 +3,8 @@
 Order: when the gateway says the attempt's token ID is over its limit of refused joins (`JoinCall.token_limited`),
 the token checked against the cache first (`rules.invite.token_matches`, constant time, no API read: only a token
 that verifies goes on, anything else is 429 TooManyAttempts); the request's shape
-(`rules.join.parse_join_request`), the invite found by token ID in the cache, then the
+(`rules.join.parse_join_request`), the invite found by token ID in a fresh list (the cache may lag the
+string the administrator just read), then the
 decision on a fresh read (`rules.invite.redeem`: constant time, unknown and wrong tokens alike), the claimed cluster
 UUID (never ours, never one another live ClusterPeer stands for: ClusterUUIDInUse, checked against the caches
 first and then made atomic by claiming it, `control/uuid_claim.py`; a redemption that loses after the claim
@@ -60,6 +61,17 @@ def _not_ready(what: str) -> Refusal:
     return Refusal(503, reasons.NOT_READY, f"this cluster cannot accept joins yet ({what}); retry later")
 
 
+def _invite_of(token_id: str, clusterpeers) -> tuple[str | None, dict | None]:
+    """Of `clusterpeers`, the Invite whose current invite has this token ID, and that status.invite."""
+    for cp in clusterpeers:
+        if (cp.get("spec") or {}).get("type") != "Invite":
+            continue
+        inv = (cp.get("status") or {}).get("invite") or {}
+        if inv.get("tokenID") == token_id:
+            return (cp.get("metadata") or {}).get("name"), inv
+    return None, None
+
+
 def _first_cert(bundle: str) -> str:
     end = "-----END CERTIFICATE-----"
     head, sep, _ = bundle.partition(end)
@@ -75,19 +87,15 @@ class JoinHandler:
         self.clusterpeers = ctx.informers.get(CLUSTERPEERS)
         self.secrets = ctx.informers.get(SECRETS, namespace=self.namespace, label_selector=MANAGED_BY_SELECTOR)
 
-    def _find(self, token_id: str) -> str | None:
-        """The name of the Invite ClusterPeer whose current invite has this token ID (from the cache)."""
-        return self._cached_invite(token_id)[0]
+    async def _find(self, token_id: str) -> str | None:
+        """The name of the Invite ClusterPeer whose current invite has this token ID, from a fresh list: the cache
+        may not hold yet the invite whose connection string the administrator has just read from the API server,
+        and a join refused TokenInvalid is final for the joiner. Every join lists, known token ID or not."""
+        return _invite_of(token_id, (await self.kube.list(CLUSTERPEERS)).get("items") or [])[0]
 
     def _cached_invite(self, token_id: str) -> tuple[str | None, dict | None]:
         """The Invite ClusterPeer whose current invite has this token ID, and that status.invite (from the cache)."""
-        for cp in self.clusterpeers.items():
-            if (cp.get("spec") or {}).get("type") != "Invite":
-                continue
-            inv = (cp.get("status") or {}).get("invite") or {}
-            if inv.get("tokenID") == token_id:
-                return (cp.get("metadata") or {}).get("name"), inv
-        return None, None
+        return _invite_of(token_id, self.clusterpeers.items())
 
     def _token_verifies(self, body) -> bool:
         """Whether the body's token is an Invite's current token, from the cache (no API read): constant time, an
@@ -114,7 +122,7 @@ class JoinHandler:
             raise _not_ready("no cluster UUID or peering CA yet")
         ca = pki.CertAndKey(ca_values["tls.crt"], ca_values["tls.key"])
         parts = invite_rules.split_token(req.token)
-        name = self._find(parts[0]) if parts else None
+        name = await self._find(parts[0]) if parts else None
         # An unknown token ID costs the same reads as a known one, so the answer's timing does not tell them apart.
         lookup = name or UNKNOWN_NAME
         claimed: dict | None = None  # the ClusterPeer this call took the claim of the joiner's UUID for

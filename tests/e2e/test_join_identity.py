@@ -83,7 +83,7 @@ async def test_a_second_invited_cluster_claiming_the_first_peers_uuid_is_refused
     create_invite(a, "to-evil", tokenTTL="1h")
     text = await connection_string(a, "to-evil")
     inv = connstring.decode(text, now=datetime.datetime.now(datetime.timezone.utc))
-    await until(lambda: handler._find(inv.token_id), what="the invite in the handler's cache")
+    await until(lambda: handler._cached_invite(inv.token_id)[0], what="the invite in the handler's cache")
     b_uuid = b.info()["uuid"]
 
     # Without the secret, nothing tells whether the UUID is in use.
@@ -131,7 +131,7 @@ async def test_of_two_concurrent_redemptions_by_one_cluster_exactly_one_is_accep
     try:
         now = datetime.datetime.now(datetime.timezone.utc)
         invs = [connstring.decode(await connection_string(a, name), now=now) for name in names]
-        await until(lambda: all(handler._find(inv.token_id) for inv in invs)
+        await until(lambda: all(handler._cached_invite(inv.token_id)[0] for inv in invs)
                     and all(clusterpeer(a, name)["status"].get("offer") for name in names),
                     what="both invites, with their offers, in the handler's cache")
         stale = JoinHandler(handler.ctx)
